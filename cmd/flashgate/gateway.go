@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+func runGateway(ctx context.Context, args []string, _ io.Writer) error {
+	cfg, err := parseConfig("gateway", args, nil)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush of stderr
+	logSettings(log, cfg)
+
+	rdb := newRedis(cfg)
+	defer rdb.Close()
+	loader := scripts.New(rdb, cfg.Scripts.Dir)
+	reload := auditedReload(log.Named("scripts"), loader)
+
+	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+
+	// Redis may not be up yet: keep trying to load the scripts; /readyz says
+	// 503 and buys say 503 until it works.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		loadUntilDone(bg, log.Named("scripts"), cfg, reload)
+	}()
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-hup:
+				rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+				_, err := reload(rctx, "SIGHUP")
+				cancel()
+				if err != nil {
+					log.Error("script reload on SIGHUP failed; the previous set stays", zap.Error(err))
+				}
+			}
+		}
+	}()
+
+	return srv.Run(ctx)
+}
+
+// auditedReload wraps Loader.Load with the audit event of API.md: who
+// reloaded, and the SHAs before and after.
+func auditedReload(log *zap.Logger, loader *scripts.Loader) func(ctx context.Context, who string) ([]scripts.Script, error) {
+	return func(ctx context.Context, who string) ([]scripts.Script, error) {
+		old := loader.Scripts()
+		list, err := loader.Load(ctx)
+		if err != nil {
+			log.Warn("audit", zap.String("action", "scripts.reload"), zap.String("who", who), zap.Error(err))
+			return nil, err
+		}
+		log.Info("audit", zap.String("action", "scripts.reload"), zap.String("who", who),
+			zap.Any("old", shas(old)), zap.Any("new", shas(list)))
+		return list, nil
+	}
+}
+
+func shas(list []scripts.Script) map[string]string {
+	m := make(map[string]string, len(list))
+	for _, s := range list {
+		m[s.Name] = s.SHA
+	}
+	return m
+}
+
+func loadUntilDone(ctx context.Context, log *zap.Logger, cfg *config.Config, reload func(context.Context, string) ([]scripts.Script, error)) {
+	backoff := 100 * time.Millisecond
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := reload(lctx, "start")
+		cancel()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, scripts.ErrCompile) {
+			log.Error("scripts do not compile; fix them and reload (SIGHUP)", zap.String("dir", cfg.Scripts.Dir), zap.Error(err))
+			return
+		}
+		log.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", backoff))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

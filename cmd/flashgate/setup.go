@@ -1,0 +1,80 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/flashgate/flashgate/config"
+)
+
+// parseConfig parses the flags every long-running subcommand shares and
+// loads the settings. extra may add flags of its own to fs.
+func parseConfig(name string, args []string, extra func(fs *flag.FlagSet)) (*config.Config, error) {
+	fs := flag.NewFlagSet("flashgate "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	path := fs.String("config", os.Getenv("FLASHGATE_CONFIG"), "YAML settings file (FLASHGATE_CONFIG)")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return config.Load(*path, nil)
+}
+
+// newLogger builds the process's zap logger: JSON for production, console
+// for development, sampled so that a flood of identical lines is thinned.
+func newLogger(cfg *config.Config) (*zap.Logger, error) {
+	var zc zap.Config
+	if cfg.Log.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+	} else {
+		zc = zap.NewProductionConfig()
+	}
+	lvl, err := zapcore.ParseLevel(cfg.Log.Level)
+	if err != nil {
+		return nil, err
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = &zap.SamplingConfig{Initial: 20, Thereafter: 100}
+	zc.DisableStacktrace = true
+	zc.OutputPaths = []string{"stderr"}
+	return zc.Build()
+}
+
+// newRedis builds the Redis client: one node, or a cluster when more than one
+// address is configured. Timeouts are those of the buy path: a call that
+// cannot finish within redis.timeout fails, it never hangs.
+func newRedis(cfg *config.Config) redis.UniversalClient {
+	t := cfg.Redis.Timeout
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 cfg.Redis.Addrs,
+		Password:              cfg.Redis.Password,
+		DialTimeout:           t,
+		ReadTimeout:           t,
+		WriteTimeout:          t,
+		PoolTimeout:           t,
+		ContextTimeoutEnabled: true,
+		PoolSize:              cfg.Redis.PoolSize,
+		MaxRetries:            2,
+		IsClusterMode:         len(cfg.Redis.Addrs) > 1,
+	})
+}
+
+func logSettings(log *zap.Logger, cfg *config.Config) {
+	fields := cfg.Fields()
+	zf := make([]zap.Field, 0, len(fields))
+	for k, v := range fields {
+		zf = append(zf, zap.String(k, v))
+	}
+	log.Info("settings", zf...)
+}

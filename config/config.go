@@ -1,0 +1,274 @@
+// Package config holds flashgate's settings: their defaults, the YAML file,
+// the FLASHGATE_* environment overrides and the validation that runs at start.
+//
+// Every setting is declared once, in the table of settings.go, with its
+// environment variable, its YAML key, its default and its parser. Defaults,
+// the YAML file and the environment all go through the same parser, so a value
+// means the same thing wherever it comes from, and an error always names the
+// setting by both of its names.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole of flashgate's settings. Load fills it; the zero value
+// is not useful.
+type Config struct {
+	HTTP      HTTP
+	Admin     Admin
+	Redis     Redis
+	AMQP      AMQP
+	MySQL     MySQL
+	Scripts   Scripts
+	Log       Log
+	Shutdown  Shutdown
+	Relay     Relay
+	Consumer  Consumer
+	Admission Admission
+}
+
+// HTTP configures the public listener.
+type HTTP struct {
+	Addr          string
+	MaxBodyBytes  int
+	ReadTimeout   time.Duration
+	WriteTimeout  time.Duration
+	IdleTimeout   time.Duration
+	MaxConns      int
+	MaxHeaderSize int
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	Addr  string
+	Token string
+}
+
+// Redis configures the Redis client. More than one address means Redis Cluster.
+type Redis struct {
+	Addrs     []string
+	Password  string
+	Timeout   time.Duration
+	PoolSize  int
+	KeyPrefix string
+}
+
+// AMQP configures the RabbitMQ connection and topology.
+type AMQP struct {
+	URL           string
+	Exchange      string
+	Queue         string
+	DeliveryLimit int
+}
+
+// MySQL configures the order database.
+type MySQL struct {
+	DSN      string
+	MaxConns int
+}
+
+// Scripts says where the Lua scripts come from.
+type Scripts struct {
+	Dir string
+}
+
+// Log configures zap.
+type Log struct {
+	Level  string
+	Format string
+}
+
+// Shutdown configures the graceful drain after SIGTERM.
+type Shutdown struct {
+	DrainDelay time.Duration
+	Timeout    time.Duration
+}
+
+// Relay configures the outbox relay that runs inside each gateway.
+type Relay struct {
+	Batch       int
+	MaxInFlight int
+	ClaimAfter  time.Duration
+	Poll        time.Duration
+}
+
+// Consumer configures the RabbitMQ → MySQL consumer.
+type Consumer struct {
+	Prefetch  int
+	BatchSize int
+	BatchWait time.Duration
+}
+
+// Admission configures load shedding at the edge; zero values turn it off.
+type Admission struct {
+	MaxInFlight int
+	Rate        float64
+	Burst       int
+}
+
+// ErrInvalid is wrapped by every validation error, so callers can tell a bad
+// setting (exit code 2) from other failures.
+var ErrInvalid = errors.New("invalid setting")
+
+// SettingError names the setting that failed by its variable and YAML key.
+type SettingError struct {
+	Env, Key string
+	Err      error
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("config: %s (%s): %v", e.Env, e.Key, e.Err)
+}
+
+func (e *SettingError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
+
+// Default returns the settings of the local stack that `make up` starts.
+func Default() *Config {
+	c := &Config{}
+	for _, s := range settings {
+		if err := s.set(c, s.def); err != nil {
+			panic("config: bad default for " + s.env + ": " + err.Error())
+		}
+	}
+	return c
+}
+
+// Load builds the settings from the defaults, then the YAML file at path
+// (skipped when path is empty), then the FLASHGATE_* variables of getenv
+// (os.Getenv when nil). It returns the first bad setting as a *SettingError
+// wrapping ErrInvalid, or an error about the file itself.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		values, err := flattenYAML(raw)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s: %w: %w", path, ErrInvalid, err)
+		}
+		for key, v := range values {
+			s := byKey(key)
+			if s == nil {
+				return nil, fmt.Errorf("config: %s: %w: unknown key %q", path, ErrInvalid, key)
+			}
+			if err := s.set(c, v); err != nil {
+				return nil, &SettingError{Env: s.env, Key: s.key, Err: err}
+			}
+		}
+	}
+	for _, s := range settings {
+		if v, ok := lookup(getenv, s.env); ok {
+			if err := s.set(c, v); err != nil {
+				return nil, &SettingError{Env: s.env, Key: s.key, Err: err}
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// lookup treats an empty variable as unset, except for the settings whose
+// empty value means something (the ones whose default is empty).
+func lookup(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	if v == "" {
+		return "", false
+	}
+	return v, true
+}
+
+// Validate checks the rules that involve more than one setting. The range of
+// each single setting is checked when it is parsed.
+func (c *Config) Validate() error {
+	if c.Admin.Token == "" && !isLoopback(c.Admin.Addr) {
+		return &SettingError{Env: "FLASHGATE_ADMIN_ADDR", Key: "admin.addr",
+			Err: fmt.Errorf("%q is not a loopback address and FLASHGATE_ADMIN_TOKEN is not set", c.Admin.Addr)}
+	}
+	if c.HTTP.Addr == c.Admin.Addr && !strings.HasSuffix(c.HTTP.Addr, ":0") {
+		return &SettingError{Env: "FLASHGATE_ADMIN_ADDR", Key: "admin.addr",
+			Err: fmt.Errorf("same address as FLASHGATE_HTTP_ADDR (%s)", c.HTTP.Addr)}
+	}
+	return nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// flattenYAML turns a YAML document into dotted keys and string values, the
+// same form the environment has. Sequences become comma-separated lists.
+func flattenYAML(raw []byte) (map[string]string, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return out, nil // empty file
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: the top level must be a mapping", root.Line)
+	}
+	return out, flattenNode(root, "", out)
+}
+
+func flattenNode(n *yaml.Node, prefix string, out map[string]string) error {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := k.Value
+		if prefix != "" {
+			key = prefix + "." + k.Value
+		}
+		switch v.Kind {
+		case yaml.MappingNode:
+			if byKey(key) != nil {
+				return fmt.Errorf("line %d: %s must be a single value", v.Line, key)
+			}
+			if err := flattenNode(v, key, out); err != nil {
+				return err
+			}
+		case yaml.SequenceNode:
+			items := make([]string, 0, len(v.Content))
+			for _, it := range v.Content {
+				if it.Kind != yaml.ScalarNode {
+					return fmt.Errorf("line %d: %s must be a list of values", it.Line, key)
+				}
+				items = append(items, it.Value)
+			}
+			out[key] = strings.Join(items, ",")
+		case yaml.ScalarNode:
+			if v.Tag == "!!null" {
+				out[key] = ""
+			} else {
+				out[key] = v.Value
+			}
+		default:
+			return fmt.Errorf("line %d: %s: unsupported value", v.Line, key)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// setting is one row of the settings table: its two names, its default, what
+// it means, how to parse it into a Config and how to show it back.
+type setting struct {
+	env, key, def, doc string
+	secret             bool
+	set                func(c *Config, v string) error
+	get                func(c *Config) string
+}
+
+// Setting describes one setting for documentation (the README's table is
+// checked against these).
+type Setting struct {
+	Env, Key, Default, Doc string
+}
+
+// Settings lists every setting in the order of the README's table.
+func Settings() []Setting {
+	out := make([]Setting, len(settings))
+	for i, s := range settings {
+		out[i] = Setting{Env: s.env, Key: s.key, Default: s.def, Doc: s.doc}
+	}
+	return out
+}
+
+func byKey(key string) *setting {
+	for i := range settings {
+		if settings[i].key == key {
+			return &settings[i]
+		}
+	}
+	return nil
+}
+
+var settings = []setting{
+	addrSetting("FLASHGATE_HTTP_ADDR", "http.addr", "127.0.0.1:8080",
+		"public listener (buyers, load balancer health checks)", func(c *Config) *string { return &c.HTTP.Addr }),
+	addrSetting("FLASHGATE_ADMIN_ADDR", "admin.addr", "127.0.0.1:8081",
+		"admin listener (admin API, /metrics); must be loopback when no token is set", func(c *Config) *string { return &c.Admin.Addr }),
+	{env: "FLASHGATE_ADMIN_TOKEN", key: "admin.token", def: "", secret: true,
+		doc: "bearer token for the admin API; with none set, the admin listener binds loopback only and asks for no token",
+		set: func(c *Config, v string) error {
+			if v != "" && len(v) < 16 {
+				return fmt.Errorf("must be at least 16 characters")
+			}
+			c.Admin.Token = v
+			return nil
+		},
+		get: func(c *Config) string { return c.Admin.Token }},
+	{env: "FLASHGATE_REDIS_ADDRS", key: "redis.addrs", def: "127.0.0.1:6379",
+		doc: "comma-separated host:port list; more than one address means Redis Cluster",
+		set: func(c *Config, v string) error {
+			var addrs []string
+			for _, a := range strings.Split(v, ",") {
+				a = strings.TrimSpace(a)
+				if a == "" {
+					continue
+				}
+				if err := checkAddr(a); err != nil {
+					return err
+				}
+				addrs = append(addrs, a)
+			}
+			if len(addrs) == 0 {
+				return fmt.Errorf("at least one address is needed")
+			}
+			c.Redis.Addrs = addrs
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(c.Redis.Addrs, ",") }},
+	strSetting("FLASHGATE_REDIS_PASSWORD", "redis.password", "", "Redis password (AUTH)", true,
+		func(c *Config) *string { return &c.Redis.Password }),
+	durSetting("FLASHGATE_REDIS_TIMEOUT", "redis.timeout", "500ms",
+		"budget of one Redis call on the buy path; past it the buy is 503 unavailable", time.Millisecond, time.Minute,
+		func(c *Config) *time.Duration { return &c.Redis.Timeout }),
+	intSetting("FLASHGATE_REDIS_POOL_SIZE", "redis.pool_size", "64", "Redis connections per node", 1, 10000,
+		func(c *Config) *int { return &c.Redis.PoolSize }),
+	{env: "FLASHGATE_REDIS_KEY_PREFIX", key: "redis.key_prefix", def: "fg",
+		doc: "prefix of every Redis key flashgate writes (lets several installations share one Redis)",
+		set: func(c *Config, v string) error {
+			if !prefixRE.MatchString(v) {
+				return fmt.Errorf("%q: want 1-32 of A-Z a-z 0-9 _ . -", v)
+			}
+			c.Redis.KeyPrefix = v
+			return nil
+		},
+		get: func(c *Config) string { return c.Redis.KeyPrefix }},
+	{env: "FLASHGATE_AMQP_URL", key: "amqp.url", def: "amqp://guest:guest@127.0.0.1:5672/", secret: true,
+		doc: "RabbitMQ URL",
+		set: func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+				return fmt.Errorf("want amqp://user:pass@host:port/vhost")
+			}
+			c.AMQP.URL = v
+			return nil
+		},
+		get: func(c *Config) string { return maskURL(c.AMQP.URL) }},
+	nameSetting("FLASHGATE_AMQP_EXCHANGE", "amqp.exchange", "flashgate.orders", "durable exchange the relay publishes orders to",
+		func(c *Config) *string { return &c.AMQP.Exchange }),
+	nameSetting("FLASHGATE_AMQP_QUEUE", "amqp.queue", "flashgate.orders", "quorum queue the consumers read; its dead-letter queue is QUEUE.dead",
+		func(c *Config) *string { return &c.AMQP.Queue }),
+	intSetting("FLASHGATE_AMQP_DELIVERY_LIMIT", "amqp.delivery_limit", "5", "deliveries of one message before it is dead-lettered", 1, 1000,
+		func(c *Config) *int { return &c.AMQP.DeliveryLimit }),
+	{env: "FLASHGATE_MYSQL_DSN", key: "mysql.dsn", def: "flashgate:flashgate@tcp(127.0.0.1:3306)/flashgate?parseTime=true", secret: true,
+		doc: "MySQL data source name (go-sql-driver/mysql form)",
+		set: func(c *Config, v string) error {
+			cfg, err := mysql.ParseDSN(v)
+			if err != nil {
+				return err
+			}
+			if cfg.DBName == "" {
+				return fmt.Errorf("the DSN names no database")
+			}
+			c.MySQL.DSN = v
+			return nil
+		},
+		get: func(c *Config) string { return maskDSN(c.MySQL.DSN) }},
+	intSetting("FLASHGATE_MYSQL_MAX_CONNS", "mysql.max_conns", "8", "open connections of one consumer to MySQL", 1, 1000,
+		func(c *Config) *int { return &c.MySQL.MaxConns }),
+	strSetting("FLASHGATE_SCRIPTS_DIR", "scripts.dir", "", "load Lua from this folder instead of the copies built into the binary; reload re-reads it", false,
+		func(c *Config) *string { return &c.Scripts.Dir }),
+	intSetting("FLASHGATE_MAX_BODY_BYTES", "http.max_body_bytes", "4096", "request body limit (413 too_large beyond it)", 64, 1<<20,
+		func(c *Config) *int { return &c.HTTP.MaxBodyBytes }),
+	durSetting("FLASHGATE_HTTP_READ_TIMEOUT", "http.read_timeout", "5s", "time to read one request, headers and body", 10*time.Millisecond, 5*time.Minute,
+		func(c *Config) *time.Duration { return &c.HTTP.ReadTimeout }),
+	durSetting("FLASHGATE_HTTP_WRITE_TIMEOUT", "http.write_timeout", "5s", "time to write one response", 10*time.Millisecond, 5*time.Minute,
+		func(c *Config) *time.Duration { return &c.HTTP.WriteTimeout }),
+	durSetting("FLASHGATE_HTTP_IDLE_TIMEOUT", "http.idle_timeout", "60s", "keep-alive connections idle longer are closed", 10*time.Millisecond, time.Hour,
+		func(c *Config) *time.Duration { return &c.HTTP.IdleTimeout }),
+	intSetting("FLASHGATE_HTTP_MAX_CONNS", "http.max_conns", "100000", "concurrent connections of each listener", 16, 10_000_000,
+		func(c *Config) *int { return &c.HTTP.MaxConns }),
+	intSetting("FLASHGATE_HTTP_MAX_HEADER_BYTES", "http.max_header_bytes", "8192", "request header size limit", 1024, 1<<20,
+		func(c *Config) *int { return &c.HTTP.MaxHeaderSize }),
+	{env: "FLASHGATE_LOG_LEVEL", key: "log.level", def: "info", doc: "debug, info, warn or error",
+		set: func(c *Config, v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.Log.Level = v
+				return nil
+			}
+			return fmt.Errorf("%q: want debug, info, warn or error", v)
+		},
+		get: func(c *Config) string { return c.Log.Level }},
+	{env: "FLASHGATE_LOG_FORMAT", key: "log.format", def: "json", doc: "json (production) or console (development)",
+		set: func(c *Config, v string) error {
+			if v != "json" && v != "console" {
+				return fmt.Errorf("%q: want json or console", v)
+			}
+			c.Log.Format = v
+			return nil
+		},
+		get: func(c *Config) string { return c.Log.Format }},
+	durSetting("FLASHGATE_DRAIN_DELAY", "shutdown.drain_delay", "2s", "after SIGTERM, time /readyz fails before the listener closes, for the load balancer to notice", 0, 10*time.Minute,
+		func(c *Config) *time.Duration { return &c.Shutdown.DrainDelay }),
+	durSetting("FLASHGATE_SHUTDOWN_TIMEOUT", "shutdown.timeout", "20s", "deadline of the whole shutdown after SIGTERM", 100*time.Millisecond, time.Hour,
+		func(c *Config) *time.Duration { return &c.Shutdown.Timeout }),
+	intSetting("FLASHGATE_RELAY_BATCH", "relay.batch", "256", "outbox entries read per XREADGROUP", 1, 10000,
+		func(c *Config) *int { return &c.Relay.Batch }),
+	intSetting("FLASHGATE_RELAY_MAX_IN_FLIGHT", "relay.max_in_flight", "1024", "publishes awaiting a broker confirm at once", 1, 100000,
+		func(c *Config) *int { return &c.Relay.MaxInFlight }),
+	durSetting("FLASHGATE_RELAY_CLAIM_AFTER", "relay.claim_after", "15s", "outbox entries pending longer (a dead relay's) are claimed by another", 100*time.Millisecond, time.Hour,
+		func(c *Config) *time.Duration { return &c.Relay.ClaimAfter }),
+	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "longest wait of the relay for new outbox entries", time.Millisecond, time.Minute,
+		func(c *Config) *time.Duration { return &c.Relay.Poll }),
+	intSetting("FLASHGATE_CONSUMER_PREFETCH", "consumer.prefetch", "512", "unacknowledged deliveries one consumer holds", 1, 65535,
+		func(c *Config) *int { return &c.Consumer.Prefetch }),
+	intSetting("FLASHGATE_CONSUMER_BATCH_SIZE", "consumer.batch_size", "256", "orders written in one MySQL transaction", 1, 10000,
+		func(c *Config) *int { return &c.Consumer.BatchSize }),
+	durSetting("FLASHGATE_CONSUMER_BATCH_WAIT", "consumer.batch_wait", "20ms", "longest wait to fill a batch", 0, time.Minute,
+		func(c *Config) *time.Duration { return &c.Consumer.BatchWait }),
+	intSetting("FLASHGATE_ADMISSION_MAX_IN_FLIGHT", "admission.max_in_flight", "0", "per sale, reservations in flight on one gateway before 429 (0: off)", 0, 1_000_000,
+		func(c *Config) *int { return &c.Admission.MaxInFlight }),
+	{env: "FLASHGATE_ADMISSION_RATE", key: "admission.rate", def: "0", doc: "per sale, buys per second one gateway admits before 429 (0: off)",
+		set: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || f > 1e7 {
+				return fmt.Errorf("%q: want a number from 0 to 10000000", v)
+			}
+			c.Admission.Rate = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(c.Admission.Rate, 'g', -1, 64) }},
+	intSetting("FLASHGATE_ADMISSION_BURST", "admission.burst", "0", "token bucket size of admission.rate (0: one second's worth)", 0, 10_000_000,
+		func(c *Config) *int { return &c.Admission.Burst }),
+}
+
+var (
+	prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,32}$`)
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,200}$`)
+)
+
+func strSetting(env, key, def, doc string, secret bool, field func(*Config) *string) setting {
+	return setting{env: env, key: key, def: def, doc: doc, secret: secret,
+		set: func(c *Config, v string) error { *field(c) = v; return nil },
+		get: func(c *Config) string { return *field(c) }}
+}
+
+func nameSetting(env, key, def, doc string, field func(*Config) *string) setting {
+	return setting{env: env, key: key, def: def, doc: doc,
+		set: func(c *Config, v string) error {
+			if !nameRE.MatchString(v) {
+				return fmt.Errorf("%q: want 1-200 of A-Z a-z 0-9 _ . : -", v)
+			}
+			*field(c) = v
+			return nil
+		},
+		get: func(c *Config) string { return *field(c) }}
+}
+
+func addrSetting(env, key, def, doc string, field func(*Config) *string) setting {
+	return setting{env: env, key: key, def: def, doc: doc,
+		set: func(c *Config, v string) error {
+			if err := checkAddr(v); err != nil {
+				return err
+			}
+			*field(c) = v
+			return nil
+		},
+		get: func(c *Config) string { return *field(c) }}
+}
+
+func intSetting(env, key, def, doc string, lo, hi int, field func(*Config) *int) setting {
+	return setting{env: env, key: key, def: def, doc: doc,
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < lo || n > hi {
+				return fmt.Errorf("%q: want a whole number from %d to %d", v, lo, hi)
+			}
+			*field(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*field(c)) }}
+}
+
+func durSetting(env, key, def, doc string, lo, hi time.Duration, field func(*Config) *time.Duration) setting {
+	return setting{env: env, key: key, def: def, doc: doc,
+		set: func(c *Config, v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || d < lo || d > hi {
+				return fmt.Errorf("%q: want a duration from %v to %v (e.g. 500ms, 2s)", v, lo, hi)
+			}
+			*field(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return field(c).String() }}
+}
+
+func checkAddr(v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", v)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: bad port", v)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: bad host", v)
+	}
+	return nil
+}
+
+// Fields returns every setting as name → value for the start-up log, with
+// secrets masked.
+func (c *Config) Fields() map[string]string {
+	out := make(map[string]string, len(settings))
+	for _, s := range settings {
+		v := s.get(c)
+		if s.secret && v != "" && s.env != "FLASHGATE_AMQP_URL" && s.env != "FLASHGATE_MYSQL_DSN" {
+			v = "***"
+		}
+		out[s.key] = v
+	}
+	return out
+}
+
+func maskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "***"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	return u.String()
+}
+
+func maskDSN(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "***"
+	}
+	if cfg.Passwd != "" {
+		cfg.Passwd = "xxx"
+	}
+	return cfg.FormatDSN()
+}

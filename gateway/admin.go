@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/scripts"
+)
+
+var adminSalesPrefix = []byte("/admin/v1/sales/")
+
+// Bounds of admin inputs, so that no arithmetic in Lua can overflow.
+const (
+	maxStock = 1_000_000_000
+	maxLimit = 1_000_000
+)
+
+// serveAdmin routes the admin listener.
+func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	if string(path) == "/metrics" {
+		if s.method(ctx, fasthttp.MethodGet) {
+			s.serveMetrics(ctx)
+		}
+		return
+	}
+	if !bytes.HasPrefix(path, []byte("/admin/")) {
+		write(ctx, replyNotFound)
+		return
+	}
+	if !s.authorized(ctx) {
+		write(ctx, replyUnauthorized)
+		return
+	}
+	switch string(path) {
+	case "/admin/v1/scripts":
+		if s.method(ctx, fasthttp.MethodGet) {
+			s.writeScripts(ctx, s.loader.Scripts())
+		}
+		return
+	case "/admin/v1/scripts/reload":
+		if s.method(ctx, fasthttp.MethodPost) {
+			s.serveReload(ctx)
+		}
+		return
+	}
+	rest, ok := bytes.CutPrefix(path, adminSalesPrefix)
+	if !ok {
+		write(ctx, replyNotFound)
+		return
+	}
+	saleB, action, _ := bytes.Cut(rest, []byte{'/'})
+	var want string
+	switch string(action) {
+	case "":
+		if bytes.HasSuffix(path, []byte{'/'}) {
+			write(ctx, replyNotFound)
+			return
+		}
+		want = fasthttp.MethodGet
+		if ctx.IsPut() {
+			want = fasthttp.MethodPut
+		}
+	case "restock", "lock", "unlock":
+		want = fasthttp.MethodPost
+	default:
+		write(ctx, replyNotFound)
+		return
+	}
+	if !s.method(ctx, want) {
+		return
+	}
+	if !validID(saleB) {
+		write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
+		return
+	}
+	sale := string(saleB)
+	rctx, cancel := s.redisCtx()
+	defer cancel()
+	var (
+		v       *SaleView
+		created bool
+		err     error
+	)
+	switch string(action) {
+	case "":
+		if want == fasthttp.MethodGet {
+			v, err = s.store.Sale(rctx, sale)
+			break
+		}
+		u, reason := parseSaleUpdate(ctx.PostBody())
+		if reason != "" {
+			write(ctx, badRequest(reason))
+			return
+		}
+		v, created, err = s.store.Upsert(rctx, sale, u)
+		if err == nil {
+			s.audit(ctx, "sale.upsert", sale, zap.Bool("created", created), zap.Int64("stock", v.Stock),
+				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt))
+		}
+	case "restock":
+		n, reason := parseRestock(ctx.PostBody())
+		if reason != "" {
+			write(ctx, badRequest(reason))
+			return
+		}
+		v, err = s.store.Restock(rctx, sale, n)
+		if err == nil {
+			s.audit(ctx, "sale.restock", sale, zap.Int64("quantity", n), zap.Int64("stock", v.Stock))
+		}
+	case "lock", "unlock":
+		v, err = s.store.SetLocked(rctx, sale, string(action) == "lock")
+		if err == nil {
+			s.audit(ctx, "sale."+string(action), sale)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			s.unavailable(ctx, "admin", err)
+			return
+		}
+		write(ctx, replyFor(err))
+		return
+	}
+	code := fasthttp.StatusOK
+	if created {
+		code = fasthttp.StatusCreated
+	}
+	write(ctx, reply{code, adminView(v)})
+}
+
+func (s *Server) audit(ctx *fasthttp.RequestCtx, what, sale string, fields ...zap.Field) {
+	s.log.Info("audit", append([]zap.Field{zap.String("action", what), zap.String("sale_id", sale),
+		zap.String("who", s.who(ctx))}, fields...)...)
+}
+
+// who names the operator: the admin listener has one token, so the remote
+// address is what tells callers apart.
+func (s *Server) who(ctx *fasthttp.RequestCtx) string {
+	if len(s.token) == 0 {
+		return "anonymous@" + remote(ctx)
+	}
+	return "token@" + remote(ctx)
+}
+
+func adminView(v *SaleView) []byte {
+	b := append([]byte(nil), `{"status":"ok","sale_id":"`...)
+	b = append(b, v.ID...)
+	b = append(b, `","state":"`...)
+	b = append(b, v.State()...)
+	b = append(b, `","stock":`...)
+	b = strconv.AppendInt(b, v.Stock, 10)
+	b = append(b, `,"sold":`...)
+	b = strconv.AppendInt(b, v.Sold, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, v.Remaining(), 10)
+	b = append(b, `,"buyers":`...)
+	b = strconv.AppendInt(b, v.Buyers, 10)
+	b = append(b, `,"per_user_limit":`...)
+	b = strconv.AppendInt(b, v.Limit, 10)
+	b = append(b, `,"locked":`...)
+	b = strconv.AppendBool(b, v.Locked)
+	b = appendTimes(b, v)
+	b = append(b, `,"outbox_pending":`...)
+	b = strconv.AppendInt(b, v.OutboxPending, 10)
+	return append(b, '}')
+}
+
+func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
+	rctx, cancel := s.redisCtx()
+	defer cancel()
+	list, err := s.reload(rctx, s.who(ctx))
+	if err != nil {
+		if errors.Is(err, scripts.ErrCompile) {
+			b := append([]byte(nil), `{"status":"script_error","error":`...)
+			b = appendString(b, err.Error())
+			write(ctx, reply{422, append(b, '}')})
+			return
+		}
+		s.log.Error("script reload failed", zap.Error(err))
+		b := append([]byte(nil), `{"status":"unavailable","error":`...)
+		b = appendString(b, err.Error())
+		write(ctx, reply{503, append(b, '}')})
+		return
+	}
+	s.writeScripts(ctx, list)
+}
+
+func (s *Server) writeScripts(ctx *fasthttp.RequestCtx, list []scripts.Script) {
+	b := append([]byte(nil), `{"status":"ok","scripts":[`...)
+	for i, sc := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, sc.Name)
+		b = append(b, `,"sha":"`...)
+		b = append(b, sc.SHA...)
+		b = append(b, `"}`...)
+	}
+	write(ctx, reply{200, append(b, "]}"...)})
+}
+
+func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
+	if s.metrics != nil {
+		s.metrics(ctx)
+		return
+	}
+	ctx.SetContentType("text/plain; version=0.0.4")
+	ctx.SetBodyString("")
+}
+
+// parseSaleUpdate parses an admin PUT body. A field left out is nil; a time
+// given as null is clearTime.
+func parseSaleUpdate(body []byte) (SaleUpdate, string) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
+		return SaleUpdate{}, "body must be a JSON object"
+	}
+	var u SaleUpdate
+	if r, ok := raw["stock"]; ok {
+		n, ok := wholeNumber(r)
+		if !ok || n < 0 || n > maxStock {
+			return u, "stock must be a whole number from 0 to 1000000000"
+		}
+		u.Stock = &n
+	}
+	if r, ok := raw["per_user_limit"]; ok {
+		n, ok := wholeNumber(r)
+		if !ok || n < 1 || n > maxLimit {
+			return u, "per_user_limit must be a whole number from 1 to 1000000"
+		}
+		u.Limit = &n
+	}
+	var reason string
+	if u.StartsAt, reason = parseTime(raw, "starts_at"); reason != "" {
+		return u, reason
+	}
+	if u.EndsAt, reason = parseTime(raw, "ends_at"); reason != "" {
+		return u, reason
+	}
+	if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
+		return u, ErrBadWindow.Error()
+	}
+	return u, ""
+}
+
+func parseTime(raw map[string]json.RawMessage, field string) (*int64, string) {
+	r, ok := raw[field]
+	if !ok {
+		return nil, ""
+	}
+	if string(r) == "null" {
+		n := int64(clearTime)
+		return &n, ""
+	}
+	var str string
+	if json.Unmarshal(r, &str) != nil {
+		return nil, field + " must be an RFC 3339 time or null"
+	}
+	t, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil || t.UnixMilli() <= 0 {
+		return nil, field + " must be an RFC 3339 time or null"
+	}
+	n := t.UnixMilli()
+	return &n, ""
+}
+
+func parseRestock(body []byte) (int64, string) {
+	var raw struct {
+		Quantity json.RawMessage `json:"quantity"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return 0, "body must be a JSON object"
+	}
+	n, ok := wholeNumber(raw.Quantity)
+	if !ok || n < 1 || n > maxStock {
+		return 0, "quantity must be a whole number from 1 to 1000000000"
+	}
+	return n, ""
+}

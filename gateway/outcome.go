@@ -1,0 +1,146 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Business outcomes of a buy or an admin call. Store returns them unwrapped,
+// so the hot path can compare them with ==; everything else uses errors.Is.
+var (
+	ErrNotFound            = errors.New("no such sale")
+	ErrNotStarted          = errors.New("sale not started")
+	ErrEnded               = errors.New("sale ended")
+	ErrLocked              = errors.New("sale locked")
+	ErrLimitReached        = errors.New("per-user limit reached")
+	ErrSoldOut             = errors.New("sold out")
+	ErrInsufficientStock   = errors.New("insufficient stock")
+	ErrIdempotencyConflict = errors.New("idempotency key reused with another user or quantity")
+	ErrConflict            = errors.New("stock below units sold")
+	ErrBadWindow           = errors.New("ends_at must be after starts_at")
+	ErrStockRequired       = errors.New("stock is required to create a sale")
+	// ErrUnavailable wraps every failure to reach Redis in time.
+	ErrUnavailable = errors.New("redis unavailable")
+)
+
+// outcome maps a code of the Lua scripts to its sentinel; 0 is success.
+// This is the only place the scripts' codes are interpreted.
+func outcome(code int64) error {
+	switch code {
+	case 0:
+		return nil
+	case 1:
+		return ErrNotFound
+	case 2:
+		return ErrNotStarted
+	case 3:
+		return ErrEnded
+	case 4:
+		return ErrLocked
+	case 5:
+		return ErrLimitReached
+	case 6:
+		return ErrSoldOut
+	case 7:
+		return ErrInsufficientStock
+	case 8:
+		return ErrIdempotencyConflict
+	case 10:
+		return ErrConflict
+	case 11:
+		return ErrBadWindow
+	case 12:
+		return ErrStockRequired
+	default:
+		// 9 is an order id collision; anything else is a script the gateway
+		// does not understand. Neither promised anything to the buyer.
+		return fmt.Errorf("%w: script answered code %d", ErrUnavailable, code)
+	}
+}
+
+// reply is a fixed response: HTTP code and the bytes of its body.
+type reply struct {
+	code int
+	body []byte
+}
+
+func fixed(code int, status string) reply {
+	return reply{code, []byte(`{"status":"` + status + `"}`)}
+}
+
+// Replies built once; the hot path writes these bytes as they are.
+var (
+	replyNotFound         = fixed(404, "not_found")
+	replyNotStarted       = fixed(403, "not_started")
+	replyEnded            = fixed(403, "ended")
+	replyLocked           = fixed(423, "locked")
+	replyLimitReached     = fixed(409, "limit_reached")
+	replySoldOut          = fixed(410, "sold_out")
+	replyInsufficient     = fixed(409, "insufficient_stock")
+	replyIdemConflict     = fixed(422, "idempotency_conflict")
+	replyConflict         = fixed(409, "conflict")
+	replyUnavailable      = fixed(503, "unavailable")
+	replyTooLarge         = fixed(413, "too_large")
+	replyRateLimited      = fixed(429, "rate_limited")
+	replyUnauthorized     = fixed(401, "unauthorized")
+	replyMethodNotAllowed = fixed(405, "method_not_allowed")
+	replyOK               = fixed(200, "ok")
+	replyDraining         = fixed(503, "draining")
+)
+
+// replyFor maps an error to its response. Errors that are not business
+// outcomes are 503 unavailable: the gateway promised nothing.
+func replyFor(err error) reply {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return replyNotFound
+	case errors.Is(err, ErrNotStarted):
+		return replyNotStarted
+	case errors.Is(err, ErrEnded):
+		return replyEnded
+	case errors.Is(err, ErrLocked):
+		return replyLocked
+	case errors.Is(err, ErrLimitReached):
+		return replyLimitReached
+	case errors.Is(err, ErrSoldOut):
+		return replySoldOut
+	case errors.Is(err, ErrInsufficientStock):
+		return replyInsufficient
+	case errors.Is(err, ErrIdempotencyConflict):
+		return replyIdemConflict
+	case errors.Is(err, ErrConflict):
+		return replyConflict
+	case errors.Is(err, ErrBadWindow), errors.Is(err, ErrStockRequired):
+		return badRequest(err.Error())
+	default:
+		return replyUnavailable
+	}
+}
+
+// badRequest is a 400 with the reason in "error". Reasons are the gateway's
+// own fixed texts, never echoed input, so they need no escaping beyond quotes.
+func badRequest(reason string) reply {
+	b := make([]byte, 0, 48+len(reason))
+	b = append(b, `{"status":"bad_request","error":`...)
+	b = appendString(b, reason)
+	b = append(b, '}')
+	return reply{400, b}
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}

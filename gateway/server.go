@@ -1,0 +1,230 @@
+// Package gateway is flashgate's HTTP edge: the public listener where buyers
+// reserve units and poll orders, the admin listener where operators manage
+// sales and scripts, and the Store through which both reach Redis.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// Deps are the clients a Server uses; the caller owns and closes them.
+type Deps struct {
+	Log    *zap.Logger
+	Redis  redis.UniversalClient
+	Loader *scripts.Loader
+	// Reload, when set, is called by POST /admin/v1/scripts/reload and
+	// SIGHUP instead of Loader.Load (the process wires its audit around it).
+	Reload func(ctx context.Context, who string) ([]scripts.Script, error)
+	// Metrics, when set, serves GET /metrics on the admin listener.
+	Metrics fasthttp.RequestHandler
+}
+
+// Server serves the public and admin listeners. Create it with New, run it
+// with Run; it is safe for concurrent use.
+type Server struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	store    *Store
+	loader   *scripts.Loader
+	reload   func(ctx context.Context, who string) ([]scripts.Script, error)
+	metrics  fasthttp.RequestHandler
+	ids      *orderIDs
+	token    []byte
+	maxBody  int
+	timeout  time.Duration
+	draining atomic.Bool
+
+	public, admin     *fasthttp.Server
+	publicLn, adminLn net.Listener
+	closeOnce         sync.Once
+}
+
+// New validates its inputs and binds both listeners (so that Addr and
+// AdminAddr are known at once, also for ":0"); it serves nothing until Run.
+func New(cfg *config.Config, deps Deps) (*Server, error) {
+	if deps.Log == nil || deps.Redis == nil || deps.Loader == nil {
+		return nil, errors.New("gateway: Log, Redis and Loader are required")
+	}
+	ids, err := newOrderIDs()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     deps.Log,
+		store:   NewStore(deps.Redis, deps.Loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}),
+		loader:  deps.Loader,
+		reload:  deps.Reload,
+		metrics: deps.Metrics,
+		ids:     ids,
+		token:   []byte(cfg.Admin.Token),
+		maxBody: cfg.HTTP.MaxBodyBytes,
+		timeout: cfg.Redis.Timeout,
+	}
+	if s.reload == nil {
+		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
+	}
+	s.public = s.newHTTPServer("public", s.servePublic)
+	s.admin = s.newHTTPServer("admin", s.serveAdmin)
+	if s.publicLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
+		return nil, fmt.Errorf("gateway: public listener: %w", err)
+	}
+	if s.adminLn, err = net.Listen("tcp", cfg.Admin.Addr); err != nil {
+		s.publicLn.Close()
+		return nil, fmt.Errorf("gateway: admin listener: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler) *fasthttp.Server {
+	c := s.cfg.HTTP
+	return &fasthttp.Server{
+		Name:                          "flashgate",
+		Handler:                       h,
+		ErrorHandler:                  s.serveError,
+		ReadTimeout:                   c.ReadTimeout,
+		WriteTimeout:                  c.WriteTimeout,
+		IdleTimeout:                   c.IdleTimeout,
+		MaxRequestBodySize:            c.MaxBodyBytes,
+		ReadBufferSize:                c.MaxHeaderSize,
+		Concurrency:                   c.MaxConns,
+		CloseOnShutdown:               true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		DisablePreParseMultipartForm:  true,
+		SecureErrorLogMessage:         true,
+		Logger:                        connLogger{s.log.Named(name)},
+		ReduceMemoryUsage:             false,
+		DisableHeaderNamesNormalizing: false,
+	}
+}
+
+// Addr is the public listener's address.
+func (s *Server) Addr() string { return s.publicLn.Addr().String() }
+
+// AdminAddr is the admin listener's address.
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Run serves both listeners until ctx is done, then drains: /readyz fails at
+// once, requests are served as usual for the drain delay so that the load
+// balancer can notice, then the listeners close and requests in flight finish,
+// all within the shutdown timeout. It returns nil after a clean drain, or the
+// first error of a listener.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.public.Serve(s.publicLn) }()
+	go func() { errc <- s.admin.Serve(s.adminLn) }()
+	s.log.Info("listening", zap.String("public", s.Addr()), zap.String("admin", s.AdminAddr()))
+
+	select {
+	case err := <-errc:
+		s.Close()
+		<-errc
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	deadline := time.Now().Add(s.cfg.Shutdown.Timeout)
+	s.draining.Store(true)
+	s.log.Info("draining", zap.Duration("delay", s.cfg.Shutdown.DrainDelay))
+	t := time.NewTimer(s.cfg.Shutdown.DrainDelay)
+	select {
+	case <-t.C:
+	case err := <-errc:
+		t.Stop()
+		s.Close()
+		<-errc
+		return fmt.Errorf("gateway: %w", err)
+	}
+	sctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	err := errors.Join(s.public.ShutdownWithContext(sctx), s.admin.ShutdownWithContext(sctx))
+	<-errc
+	<-errc
+	if err != nil {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+// Close closes the listeners at once, without draining. Safe to call twice.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.publicLn.Close()
+		s.adminLn.Close()
+	})
+}
+
+// serveError answers what fasthttp itself refused: a body over the limit,
+// oversized headers, a malformed request line.
+func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
+	var sizeErr *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		write(ctx, replyTooLarge)
+	case errors.As(err, &sizeErr):
+		write(ctx, fixed(431, "bad_request"))
+	default:
+		write(ctx, badRequest("malformed HTTP request"))
+	}
+	ctx.SetConnectionClose()
+}
+
+// write sends a fixed reply.
+func write(ctx *fasthttp.RequestCtx, r reply) {
+	ctx.SetStatusCode(r.code)
+	ctx.Response.Header.SetContentTypeBytes(jsonType)
+	ctx.Response.SetBodyRaw(r.body)
+}
+
+var jsonType = []byte("application/json")
+
+// authorized checks the bearer token in constant time. With no token
+// configured (the admin listener is then loopback only) every request is.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if len(s.token) == 0 {
+		return true
+	}
+	h := ctx.Request.Header.Peek("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
+		return false
+	}
+	return subtle.ConstantTimeCompare(h[len(prefix):], s.token) == 1
+}
+
+// redisCtx bounds one request's Redis work by redis.timeout.
+func (s *Server) redisCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// remote names the caller of an admin request in the audit log.
+func remote(ctx *fasthttp.RequestCtx) string { return ctx.RemoteAddr().String() }
+
+// connLogger sends fasthttp's per-connection messages (a client that went
+// away, a body over the limit) to debug level: at info they would flood the
+// log under exactly the load this server is for.
+type connLogger struct{ log *zap.Logger }
+
+func (l connLogger) Printf(format string, args ...any) {
+	if ce := l.log.Check(zap.DebugLevel, "connection"); ce != nil {
+		ce.Write(zap.String("detail", fmt.Sprintf(format, args...)))
+	}
+}

@@ -1,0 +1,72 @@
+-- admin: every operator action on a sale, as one atomic call on the sale's
+-- keys, so that it serialises with buyers and takes effect between two of them.
+--
+-- KEYS[1] meta hash, KEYS[2] users hash, KEYS[3] outbox stream,
+-- KEYS[4] (restock only) a key naming this restock, so that a call retried
+-- after a lost reply adds the units once
+-- ARGV[1] the operation:
+--   get                          read the sale
+--   upsert STOCK LIMIT STARTS ENDS   create or update; '' keeps a field,
+--                                'null' clears a time, times are Unix ms
+--   restock N                    add N units to stock (once per KEYS[4])
+--   lock | unlock
+--   ping                         answers 'pong' (readiness check of the script path)
+--
+-- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers, outbox}.
+-- Codes: 0 ok, 1 not_found, 10 stock below sold, 11 ends not after starts,
+-- 12 stock missing on create.
+local op = ARGV[1]
+if op == 'ping' then
+  return 'pong'
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+local created = 0
+
+local function view(code)
+  local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends')
+  return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
+    tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
+    redis.call('HLEN', KEYS[2]), redis.call('XLEN', KEYS[3])}
+end
+
+if op == 'upsert' then
+  local stock, limit, starts, ends = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+  if not exists then
+    if stock == '' then return view(12) end
+    if limit == '' then limit = '1' end
+  end
+  local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends')
+  local sold = tonumber(m[1]) or 0
+  local s = tonumber(m[2]) or 0
+  local e = tonumber(m[3]) or 0
+  if starts == 'null' then s = 0 elseif starts ~= '' then s = tonumber(starts) end
+  if ends == 'null' then e = 0 elseif ends ~= '' then e = tonumber(ends) end
+  if s > 0 and e > 0 and e <= s then return view(11) end
+  if stock ~= '' and tonumber(stock) < sold then return view(10) end
+  if not exists then
+    created = 1
+    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0)
+  end
+  if stock ~= '' then redis.call('HSET', KEYS[1], 'stock', stock) end
+  if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end
+  redis.call('HSET', KEYS[1], 'starts', s, 'ends', e)
+  return view(0)
+end
+
+if not exists then return view(1) end
+
+if op == 'restock' then
+  if redis.call('SET', KEYS[4], '1', 'NX', 'EX', 3600) then
+    redis.call('HINCRBY', KEYS[1], 'stock', tonumber(ARGV[2]))
+  end
+elseif op == 'lock' then
+  redis.call('HSET', KEYS[1], 'locked', 1)
+elseif op == 'unlock' then
+  redis.call('HSET', KEYS[1], 'locked', 0)
+elseif op ~= 'get' then
+  return redis.error_reply('ERR admin: unknown operation ' .. tostring(op))
+end
+return view(0)
