@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+const testToken = "test-admin-token-0123456789"
+
+// testGateway is a gateway on 127.0.0.1:0 against the real Redis of
+// `make up`, with its own key prefix so tests cannot see each other's sales.
+type testGateway struct {
+	t      testing.TB
+	srv    *Server
+	cfg    *config.Config
+	rdb    redis.UniversalClient
+	loader *scripts.Loader
+	keys   scripts.Keys
+	base   string // http://public
+	admin  string // http://admin
+	client *http.Client
+}
+
+type gwOption func(*config.Config)
+
+func redisAddr() string {
+	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// startGateway starts a gateway and stops it, and deletes its keys, when the
+// test ends. It fails the test when Redis cannot be reached.
+func startGateway(t testing.TB, opts ...gwOption) *testGateway {
+	t.Helper()
+	cfg := config.Default()
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Admin.Token = testToken
+	cfg.Redis.Addrs = strings.Split(redisAddr(), ",")
+	cfg.Redis.KeyPrefix = "t" + randHex(6)
+	cfg.Shutdown.DrainDelay = 0
+	cfg.Shutdown.Timeout = 5 * time.Second
+	for _, o := range opts {
+		o(cfg)
+	}
+	rdb := redis.NewClient(&redis.Options{
+		Addr: cfg.Redis.Addrs[0], ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
+		DialTimeout: cfg.Redis.Timeout, PoolTimeout: cfg.Redis.Timeout, ContextTimeoutEnabled: true,
+		PoolSize: 64, MaxRetries: 2,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	}
+	loader := scripts.New(rdb, cfg.Scripts.Dir)
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatalf("load scripts: %v", err)
+	}
+	srv, err := New(cfg, Deps{Log: zap.NewNop(), Redis: rdb, Loader: loader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	g := &testGateway{
+		t: t, srv: srv, cfg: cfg, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
+		base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}},
+	}
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("gateway did not stop")
+		}
+		g.client.CloseIdleConnections()
+		dropKeys(t, rdb, cfg.Redis.KeyPrefix)
+		rdb.Close()
+	})
+	return g
+}
+
+func dropKeys(t testing.TB, rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		if err := rdb.Del(ctx, keys...).Err(); err != nil {
+			t.Logf("drop keys: %v", err)
+		}
+	}
+}
+
+// response is an HTTP answer with its body decoded.
+type response struct {
+	code int
+	raw  []byte
+	body map[string]any
+	hdr  http.Header
+}
+
+func (r response) status() string { s, _ := r.body["status"].(string); return s }
+
+func (r response) num(k string) int64 { f, _ := r.body[k].(float64); return int64(f) }
+
+func (r response) str(k string) string { s, _ := r.body[k].(string); return s }
+
+func (g *testGateway) do(method, url, body string, hdr map[string]string) response {
+	g.t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := g.client.Do(req)
+	if err != nil {
+		g.t.Errorf("%s %s: %v", method, url, err)
+		return response{}
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{code: res.StatusCode, raw: raw, hdr: res.Header}
+	if err := json.Unmarshal(raw, &r.body); err != nil {
+		g.t.Errorf("%s %s: %d body is not JSON: %q", method, url, res.StatusCode, raw)
+	}
+	return r
+}
+
+var auth = map[string]string{"Authorization": "Bearer " + testToken}
+
+func (g *testGateway) buy(sale, user string, qty int, idem string) response {
+	var hdr map[string]string
+	if idem != "" {
+		hdr = map[string]string{"Idempotency-Key": idem}
+	}
+	body := `{"user_id":"` + user + `","quantity":` + itoa(qty) + `}`
+	return g.do("POST", g.base+"/v1/sales/"+sale+"/orders", body, hdr)
+}
+
+func itoa(n int) string { return string(appendInt(nil, n)) }
+
+func appendInt(b []byte, n int) []byte {
+	if n < 0 {
+		return appendInt(append(b, '-'), -n)
+	}
+	if n >= 10 {
+		b = appendInt(b, n/10)
+	}
+	return append(b, byte('0'+n%10))
+}
+
+func (g *testGateway) put(sale, body string) response {
+	return g.do("PUT", g.admin+"/admin/v1/sales/"+sale, body, auth)
+}
+
+func (g *testGateway) adminPost(sale, action, body string) response {
+	return g.do("POST", g.admin+"/admin/v1/sales/"+sale+"/"+action, body, auth)
+}
+
+func (g *testGateway) view(sale string) response {
+	return g.do("GET", g.admin+"/admin/v1/sales/"+sale, "", auth)
+}
+
+// mustSale creates a sale and fails the test unless it was created.
+func (g *testGateway) mustSale(sale, body string) {
+	g.t.Helper()
+	if r := g.put(sale, body); r.code != 201 {
+		g.t.Fatalf("create sale %s: %d %s", sale, r.code, r.raw)
+	}
+}
+
+// checkLedger checks invariant 1 and that Redis's own records agree: units
+// held by users, outbox entries and the orders hash all add up to sold.
+func (g *testGateway) checkLedger(sale string) (sold int64) {
+	g.t.Helper()
+	v := g.view(sale)
+	stock, sold, remaining := v.num("stock"), v.num("sold"), v.num("remaining")
+	if sold+remaining != stock || remaining < 0 {
+		g.t.Errorf("sold %d + remaining %d != stock %d", sold, remaining, stock)
+	}
+	ctx := context.Background()
+	held, err := g.rdb.HGetAll(ctx, g.keys.Users(sale)).Result()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var units int64
+	for _, h := range held {
+		units += int64(atoi(h))
+	}
+	if units != sold {
+		g.t.Errorf("users hold %d units, sold is %d", units, sold)
+	}
+	entries, err := g.rdb.XRange(ctx, g.keys.Outbox(sale), "-", "+").Result()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	var outUnits int64
+	seen := map[string]bool{}
+	for _, e := range entries {
+		outUnits += int64(atoi(e.Values["quantity"].(string)))
+		id := e.Values["order_id"].(string)
+		if seen[id] {
+			g.t.Errorf("order %s twice in the outbox", id)
+		}
+		seen[id] = true
+	}
+	if outUnits != sold {
+		g.t.Errorf("outbox holds %d units, sold is %d", outUnits, sold)
+	}
+	if n := g.rdb.HLen(ctx, g.keys.Orders(sale)).Val(); n != int64(len(entries)) {
+		g.t.Errorf("orders hash has %d orders, outbox %d", n, len(entries))
+	}
+	return sold
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// burst runs n calls of f on up to `workers` goroutines released together.
+func burst(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int, n)
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	start := make(chan struct{})
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+var _ = bytes.Equal

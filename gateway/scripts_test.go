@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
+	"github.com/flashgate/flashgate/config"
+)
+
+// runBurstWith runs a buy burst on a fresh sale while op runs `times` times
+// on another goroutine, and checks no buy got a 5xx and the ledger holds.
+func runBurstWith(t *testing.T, g *testGateway, sale string, times int, op func()) {
+	t.Helper()
+	g.mustSale(sale, `{"stock":400,"per_user_limit":1}`)
+	var done atomic.Bool
+	opDone := make(chan struct{})
+	go func() {
+		defer close(opDone)
+		for i := 0; i < times && !done.Load(); i++ {
+			op()
+		}
+	}()
+	o := newOutcomes()
+	burst(1500, 64, func(i int) {
+		user := fmt.Sprintf("p%d", i)
+		o.add(t, g.buy(sale, user, 1, ""), user)
+	})
+	done.Store(true)
+	<-opDone
+	if len(o.fivexx) > 0 {
+		t.Errorf("%d answers were 5xx, first: %s", len(o.fivexx), o.fivexx[0])
+	}
+	if _, units := o.accepted(); units != 400 {
+		t.Errorf("accepted %d units of 400 (%v)", units, o.byStatus)
+	}
+	g.checkLedger(sale)
+}
+
+func TestScriptFlushDuringBurst(t *testing.T) {
+	g := startGateway(t)
+	before := g.loader.Stats().NoScript
+	runBurstWith(t, g, "flush", 20, func() {
+		if err := g.rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Errorf("SCRIPT FLUSH: %v", err)
+		}
+	})
+	if g.loader.Stats().NoScript == before {
+		t.Errorf("no NOSCRIPT was met: the test did not exercise the reload path")
+	}
+}
+
+func TestReloadDuringBurst(t *testing.T) {
+	g := startGateway(t)
+	runBurstWith(t, g, "reload", 30, func() {
+		if r := g.do("POST", g.admin+"/admin/v1/scripts/reload", "", auth); r.code != 200 {
+			t.Errorf("reload: %d %s", r.code, r.raw)
+		}
+	})
+}
+
+func TestBrokenScriptKeepsOldSet(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"reserve", "admin", "mark"} {
+		src, err := os.ReadFile(filepath.Join("..", "scripts", "lua", name+".lua"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".lua"), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGateway(t, func(c *config.Config) { c.Scripts.Dir = dir })
+	g.mustSale("broken", `{"stock":10}`)
+	list := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
+	if list.code != 200 || len(list.body["scripts"].([]any)) != 3 {
+		t.Fatalf("list: %d %s", list.code, list.raw)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "reserve.lua"), []byte("return {{{ not lua"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := g.do("POST", g.admin+"/admin/v1/scripts/reload", "", auth)
+	if r.code != 422 || r.status() != "script_error" || r.str("error") == "" {
+		t.Fatalf("reload of a broken script: %d %s", r.code, r.raw)
+	}
+	after := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
+	if !reflect.DeepEqual(after.body, list.body) {
+		t.Errorf("scripts changed after a failed reload: %s, was %s", after.raw, list.raw)
+	}
+	if r := g.buy("broken", "kim", 1, ""); r.code != 202 {
+		t.Errorf("buy after a failed reload: %d %s", r.code, r.raw)
+	}
+	// A fixed script is taken by the next reload, with a new SHA.
+	src, _ := os.ReadFile(filepath.Join("..", "scripts", "lua", "reserve.lua"))
+	os.WriteFile(filepath.Join(dir, "reserve.lua"), append(src, "\n-- changed\n"...), 0o644)
+	r = g.do("POST", g.admin+"/admin/v1/scripts/reload", "", auth)
+	if r.code != 200 || reflect.DeepEqual(r.body, list.body) {
+		t.Errorf("reload of a fixed script: %d %s", r.code, r.raw)
+	}
+	if r := g.buy("broken", "lee", 1, ""); r.code != 202 {
+		t.Errorf("buy after reload: %d %s", r.code, r.raw)
+	}
+}
