@@ -1,0 +1,65 @@
+# flashgate: build, local services, tests. GNU make.
+#   make            build bin/flashgate
+#   make up / down  start / stop Redis, RabbitMQ, MariaDB on 127.0.0.1 (data in .run/)
+#   make run        up + build, then consumer (background) + gateway (foreground)
+#   make test       up + the whole test suite
+#   make check      gofmt, go vet, staticcheck, then up + tests (shuffled)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+PKG := github.com/flashgate/flashgate
+BIN := bin/flashgate
+RUN_DIR := $(CURDIR)/.run
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+TEST_TIMEOUT ?= 30m
+
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
+
+.PHONY: build up down run test check bench clean
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
+
+up:
+	@deploy/local/up.sh
+
+down:
+	@deploy/local/down.sh
+
+# The consumer runs in the background and is stopped when the gateway exits
+# (Ctrl-C included); the exit status is the gateway's.
+run: up build
+	@./$(BIN) consumer & consumer=$$!; \
+	trap 'kill $$consumer 2>/dev/null || true; wait $$consumer 2>/dev/null || true' EXIT; \
+	./$(BIN) gateway
+
+test: up
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+check: $(STATICCHECK)
+	@unformatted=$$(find . -name '*.go' -not -path './.run/*' -not -path './.git/*' -not -path './bin/*' -print0 | xargs -0 -r gofmt -l); \
+	if [[ -n $$unformatted ]]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	@deploy/local/up.sh
+	$(GO) test -race -shuffle=on -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# staticcheck, installed once into .run/bin (versioned name, so a new
+# STATICCHECK_VERSION installs again).
+$(STATICCHECK):
+	@mkdir -p $(RUN_DIR)/bin/tmp
+	GOBIN=$(RUN_DIR)/bin/tmp $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@mv $(RUN_DIR)/bin/tmp/staticcheck $@ && rmdir $(RUN_DIR)/bin/tmp
+
+bench: up
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin/
