@@ -33,6 +33,20 @@ type Config struct {
 	Relay     Relay
 	Consumer  Consumer
 	Admission Admission
+	Batch     Batch
+	Cache     Cache
+}
+
+// Batch configures the coalescing of one sale's concurrent reservations into
+// one script call.
+type Batch struct {
+	MaxSize int // 1 turns batching off
+}
+
+// Cache configures the gateway's memory of closed sales (sold out, locked,
+// ended, unknown), which answers without Redis.
+type Cache struct {
+	ClosedTTL time.Duration // 0 turns the short-circuit off
 }
 
 // HTTP configures the public listener.

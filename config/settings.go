@@ -194,6 +194,10 @@ var settings = []setting{
 			return nil
 		},
 		get: func(c *Config) string { return strconv.FormatFloat(c.Admission.Rate, 'g', -1, 64) }},
+	intSetting("FLASHGATE_BATCH_MAX_SIZE", "batch.max_size", "64", "reservations of one sale sent in one script call; 1 turns batching off", 1, 1024,
+		func(c *Config) *int { return &c.Batch.MaxSize }),
+	durSetting("FLASHGATE_CLOSED_CACHE_TTL", "cache.closed_ttl", "500ms", "how long a gateway answers a sold-out, locked, ended or unknown sale from memory without asking Redis again (0 turns it off); changes are also pushed at once", 0, time.Minute,
+		func(c *Config) *time.Duration { return &c.Cache.ClosedTTL }),
 	intSetting("FLASHGATE_ADMISSION_BURST", "admission.burst", "0", "token bucket size of admission.rate (0: one second's worth)", 0, 10_000_000,
 		func(c *Config) *int { return &c.Admission.Burst }),
 }

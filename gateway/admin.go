@@ -128,6 +128,11 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		write(ctx, replyFor(err))
 		return
 	}
+	if want != fasthttp.MethodGet {
+		// Other gateways learn of the change from its announcement; this one
+		// needs no round trip for it.
+		s.closed.forget(sale)
+	}
 	code := fasthttp.StatusOK
 	if created {
 		code = fasthttp.StatusCreated

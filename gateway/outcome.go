@@ -19,6 +19,8 @@ var (
 	ErrConflict            = errors.New("stock below units sold")
 	ErrBadWindow           = errors.New("ends_at must be after starts_at")
 	ErrStockRequired       = errors.New("stock is required to create a sale")
+	// ErrRateLimited is admission control shedding a buy before Redis.
+	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable wraps every failure to reach Redis in time.
 	ErrUnavailable = errors.New("redis unavailable")
 )
@@ -110,6 +112,8 @@ func replyFor(err error) reply {
 		return replyIdemConflict
 	case errors.Is(err, ErrConflict):
 		return replyConflict
+	case errors.Is(err, ErrRateLimited):
+		return replyRateLimited
 	case errors.Is(err, ErrBadWindow), errors.Is(err, ErrStockRequired):
 		return badRequest(err.Error())
 	default:

@@ -91,19 +91,33 @@ func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
 		idem = string(k)
 	}
 	sale := string(saleB)
-	rs := [1]Reservation{{OrderID: s.ids.next(), UserID: req.user, Quantity: req.quantity, IdemKey: idem}}
-	var out [1]Result
-	rctx, cancel := s.redisCtx()
-	err := s.store.Reserve(rctx, sale, rs[:], out[:])
-	cancel()
+	now := time.Now()
+	if idem == "" {
+		if err := s.closed.get(sale, now); err != nil {
+			write(ctx, replyFor(err))
+			return
+		}
+	}
+	if !s.limits.allow(sale, now) {
+		writeRateLimited(ctx)
+		return
+	}
+	epoch := s.closed.epoch.Load()
+	res, err := s.batch.reserve(sale, Reservation{OrderID: s.ids.next(), UserID: req.user, Quantity: req.quantity, IdemKey: idem})
 	if err != nil {
+		if err == ErrRateLimited {
+			writeRateLimited(ctx)
+			return
+		}
 		s.unavailable(ctx, "reserve", err)
 		return
 	}
-	if out[0].Err != nil {
-		write(ctx, replyFor(out[0].Err))
+	if res.Err != nil {
+		s.closed.remember(sale, res.Err, epoch, now)
+		write(ctx, replyFor(res.Err))
 		return
 	}
+	out := [1]Result{res}
 	s.writeAccepted(ctx, out[0].OrderID, sale, req.user, req.quantity)
 }
 
@@ -121,6 +135,11 @@ func (s *Server) writeAccepted(ctx *fasthttp.RequestCtx, orderID, sale, user str
 	b = strconv.AppendInt(b, int64(qty), 10)
 	b = append(b, '}')
 	ctx.Response.SetBody(b)
+}
+
+func writeRateLimited(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set("Retry-After", "1")
+	write(ctx, replyRateLimited)
 }
 
 // unavailable answers 503 for a Redis failure and logs it (sampled by zap).

@@ -8,7 +8,25 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/config"
 )
+
+// forEachMode runs a correctness test on each path of the buy handler:
+// batched with the closed-sale memory (the default), and one script call per
+// buy with no memory (batching off).
+func forEachMode(t *testing.T, f func(t *testing.T, mode gwOption)) {
+	modes := []struct {
+		name string
+		opt  gwOption
+	}{
+		{"batched", func(c *config.Config) { c.Batch.MaxSize = 64; c.Cache.ClosedTTL = 500 * time.Millisecond }},
+		{"single", func(c *config.Config) { c.Batch.MaxSize = 1; c.Cache.ClosedTTL = 0 }},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { f(t, m.opt) })
+	}
+}
 
 // outcomes counts the answers of a burst, safely from many goroutines.
 type outcomes struct {
@@ -47,8 +65,10 @@ func (o *outcomes) accepted() (orders int, units int64) {
 	return len(o.orders), units
 }
 
-func TestOversell(t *testing.T) {
-	g := startGateway(t)
+func TestOversell(t *testing.T) { forEachMode(t, testOversell) }
+
+func testOversell(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	const stock, users, buys, limit = 300, 1000, 2500, 2
 	g.mustSale("hot", fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
 	o := newOutcomes()
@@ -76,8 +96,10 @@ func TestOversell(t *testing.T) {
 	}
 }
 
-func TestPerUserLimit(t *testing.T) {
-	g := startGateway(t)
+func TestPerUserLimit(t *testing.T) { forEachMode(t, testPerUserLimit) }
+
+func testPerUserLimit(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	g.mustSale("lim", `{"stock":1000,"per_user_limit":5}`)
 	steps := []struct {
 		name   string
@@ -107,8 +129,10 @@ func TestPerUserLimit(t *testing.T) {
 	g.checkLedger("lim")
 }
 
-func TestIdempotencyKey(t *testing.T) {
-	g := startGateway(t)
+func TestIdempotencyKey(t *testing.T) { forEachMode(t, testIdempotencyKey) }
+
+func testIdempotencyKey(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	g.mustSale("idem", `{"stock":10,"per_user_limit":3}`)
 	var bodies [][]byte
 	var mu sync.Mutex
@@ -193,8 +217,10 @@ func TestReservationIDReplay(t *testing.T) {
 	g.checkLedger("rid")
 }
 
-func TestLockDuringBurst(t *testing.T) {
-	g := startGateway(t)
+func TestLockDuringBurst(t *testing.T) { forEachMode(t, testLockDuringBurst) }
+
+func testLockDuringBurst(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	g.mustSale("lk", `{"stock":100000,"per_user_limit":1000}`)
 	var lockedAt atomic.Bool // set once the lock call has returned
 	var late atomic.Int64    // accepts of requests sent after that
@@ -248,8 +274,10 @@ func TestLockDuringBurst(t *testing.T) {
 	g.checkLedger("lk")
 }
 
-func TestRestockMidSale(t *testing.T) {
-	g := startGateway(t)
+func TestRestockMidSale(t *testing.T) { forEachMode(t, testRestockMidSale) }
+
+func testRestockMidSale(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	g.mustSale("rs", `{"stock":100,"per_user_limit":1}`)
 	var accepted atomic.Int64
 	var restocked atomic.Bool
@@ -355,8 +383,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestInsufficientStock(t *testing.T) {
-	g := startGateway(t)
+func TestInsufficientStock(t *testing.T) { forEachMode(t, testInsufficientStock) }
+
+func testInsufficientStock(t *testing.T, mode gwOption) {
+	g := startGateway(t, mode)
 	g.mustSale("few", `{"stock":3,"per_user_limit":10}`)
 	steps := []struct {
 		qty    int

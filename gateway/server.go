@@ -39,6 +39,10 @@ type Server struct {
 	cfg      *config.Config
 	log      *zap.Logger
 	store    *Store
+	batch    *batcher
+	closed   *closedSales
+	limits   *rateLimits
+	rdb      redis.UniversalClient
 	loader   *scripts.Loader
 	reload   func(ctx context.Context, who string) ([]scripts.Script, error)
 	metrics  fasthttp.RequestHandler
@@ -68,6 +72,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		log:     deps.Log,
 		store:   NewStore(deps.Redis, deps.Loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}),
 		loader:  deps.Loader,
+		rdb:     deps.Redis,
+		closed:  newClosedSales(cfg.Cache.ClosedTTL),
+		limits:  newRateLimits(cfg.Admission.Rate, cfg.Admission.Burst),
 		reload:  deps.Reload,
 		metrics: deps.Metrics,
 		ids:     ids,
@@ -75,6 +82,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
+	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
 	}
@@ -128,6 +136,16 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // all within the shutdown timeout. It returns nil after a clean drain, or the
 // first error of a listener.
 func (s *Server) Run(ctx context.Context) error {
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		s.closed.watch(watchCtx, s.rdb, s.store.keys.Events(), s.log)
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()
 	go func() { errc <- s.admin.Serve(s.adminLn) }()

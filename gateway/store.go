@@ -168,7 +168,7 @@ func (s *Store) SetLocked(ctx context.Context, sale string, locked bool) (*SaleV
 // Ping runs a script, so that it checks the script path and not only the
 // connection.
 func (s *Store) Ping(ctx context.Context) error {
-	v, err := s.loader.Run(ctx, scripts.Admin, []string{s.keys.Meta("_ready"), s.keys.Users("_ready"), s.keys.Outbox("_ready")}, "ping")
+	v, err := s.loader.Run(ctx, scripts.Admin, []string{s.keys.Meta("_ready"), s.keys.Users("_ready"), s.keys.Outbox("_ready")}, "ping", s.keys.Events(), "_ready")
 	if err != nil {
 		return fmt.Errorf("ping: %w: %w", ErrUnavailable, err)
 	}
@@ -183,7 +183,7 @@ func (s *Store) admin(ctx context.Context, sale, op string, args ...any) (*SaleV
 }
 
 func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op string, args ...any) (*SaleView, bool, error) {
-	v, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op}, args...)...)
+	v, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}

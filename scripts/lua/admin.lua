@@ -4,7 +4,9 @@
 -- KEYS[1] meta hash, KEYS[2] users hash, KEYS[3] outbox stream,
 -- KEYS[4] (restock only) a key naming this restock, so that a call retried
 -- after a lost reply adds the units once
--- ARGV[1] the operation:
+-- ARGV[1] the operation, ARGV[2] the pub/sub channel on which a change is
+-- announced (gateways forget what they cached of the sale), ARGV[3] the sale
+-- id, then the operation's own arguments:
 --   get                          read the sale
 --   upsert STOCK LIMIT STARTS ENDS   create or update; '' keeps a field,
 --                                'null' clears a time, times are Unix ms
@@ -33,7 +35,7 @@ local function view(code)
 end
 
 if op == 'upsert' then
-  local stock, limit, starts, ends = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+  local stock, limit, starts, ends = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
   if not exists then
     if stock == '' then return view(12) end
     if limit == '' then limit = '1' end
@@ -53,6 +55,7 @@ if op == 'upsert' then
   if stock ~= '' then redis.call('HSET', KEYS[1], 'stock', stock) end
   if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end
   redis.call('HSET', KEYS[1], 'starts', s, 'ends', e)
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
   return view(0)
 end
 
@@ -60,7 +63,7 @@ if not exists then return view(1) end
 
 if op == 'restock' then
   if redis.call('SET', KEYS[4], '1', 'NX', 'EX', 3600) then
-    redis.call('HINCRBY', KEYS[1], 'stock', tonumber(ARGV[2]))
+    redis.call('HINCRBY', KEYS[1], 'stock', tonumber(ARGV[4]))
   end
 elseif op == 'lock' then
   redis.call('HSET', KEYS[1], 'locked', 1)
@@ -68,5 +71,8 @@ elseif op == 'unlock' then
   redis.call('HSET', KEYS[1], 'locked', 0)
 elseif op ~= 'get' then
   return redis.error_reply('ERR admin: unknown operation ' .. tostring(op))
+end
+if op ~= 'get' then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return view(0)
