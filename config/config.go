@@ -139,7 +139,12 @@ type SettingError struct {
 }
 
 func (e *SettingError) Error() string {
-	return fmt.Sprintf("config: %s (%s): %v", e.Env, e.Key, e.Err)
+	return fmt.Sprintf("config: %s (%s): %s", e.Env, e.Key, oneLine(e.Err.Error()))
+}
+
+// oneLine keeps an error on one line whatever input it quotes.
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(strings.TrimRight(s, "\r\n"))
 }
 
 func (e *SettingError) Unwrap() []error { return []error{ErrInvalid, e.Err} }

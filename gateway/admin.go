@@ -137,7 +137,7 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 	if created {
 		code = fasthttp.StatusCreated
 	}
-	write(ctx, reply{code, adminView(v)})
+	write(ctx, reply{code: code, body: adminView(v)})
 }
 
 func (s *Server) audit(ctx *fasthttp.RequestCtx, what, sale string, fields ...zap.Field) {
@@ -185,13 +185,13 @@ func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
 		if errors.Is(err, scripts.ErrCompile) {
 			b := append([]byte(nil), `{"status":"script_error","error":`...)
 			b = appendString(b, err.Error())
-			write(ctx, reply{422, append(b, '}')})
+			write(ctx, reply{code: 422, body: append(b, '}')})
 			return
 		}
 		s.log.Error("script reload failed", zap.Error(err))
 		b := append([]byte(nil), `{"status":"unavailable","error":`...)
 		b = appendString(b, err.Error())
-		write(ctx, reply{503, append(b, '}')})
+		write(ctx, reply{code: 503, body: append(b, '}')})
 		return
 	}
 	s.writeScripts(ctx, list)
@@ -209,16 +209,15 @@ func (s *Server) writeScripts(ctx *fasthttp.RequestCtx, list []scripts.Script) {
 		b = append(b, sc.SHA...)
 		b = append(b, `"}`...)
 	}
-	write(ctx, reply{200, append(b, "]}"...)})
+	write(ctx, reply{code: 200, body: append(b, "]}"...)})
 }
 
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
-	if s.metrics != nil {
-		s.metrics(ctx)
-		return
+	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.set.WritePrometheus(ctx)
+	if s.extra != nil {
+		s.extra(ctx)
 	}
-	ctx.SetContentType("text/plain; version=0.0.4")
-	ctx.SetBodyString("")
 }
 
 // parseSaleUpdate parses an admin PUT body. A field left out is nil; a time

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/VictoriaMetrics/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type batcher struct {
 	lanes map[string]*lane
 
 	calls, reservations atomic.Uint64 // script calls made, reservations they carried
+	sizes               *metrics.PrometheusHistogram
 }
 
 // lane is one sale's queue.
@@ -132,6 +134,9 @@ func (b *batcher) lead(sale string, l *lane, me *call) {
 	cancel()
 	b.calls.Add(1)
 	b.reservations.Add(uint64(len(rs)))
+	if b.sizes != nil {
+		b.sizes.Update(float64(len(rs)))
+	}
 
 	// Hand over first, so the next batch goes out before we deliver.
 	l.mu.Lock()

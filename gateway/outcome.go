@@ -62,12 +62,13 @@ func outcome(code int64) error {
 
 // reply is a fixed response: HTTP code and the bytes of its body.
 type reply struct {
-	code int
-	body []byte
+	code   int
+	body   []byte
+	status string // for metrics; empty for replies built per request
 }
 
 func fixed(code int, status string) reply {
-	return reply{code, []byte(`{"status":"` + status + `"}`)}
+	return reply{code: code, body: []byte(`{"status":"` + status + `"}`), status: status}
 }
 
 // Replies built once; the hot path writes these bytes as they are.
@@ -128,7 +129,7 @@ func badRequest(reason string) reply {
 	b = append(b, `{"status":"bad_request","error":`...)
 	b = appendString(b, reason)
 	b = append(b, '}')
-	return reply{400, b}
+	return reply{code: 400, body: b, status: "bad_request"}
 }
 
 // appendString appends s as a JSON string.

@@ -73,52 +73,51 @@ func (s *Server) method(ctx *fasthttp.RequestCtx, m string) bool {
 // serveBuy is the hot path: validate, reserve, answer. Nothing here keeps a
 // reference to ctx's buffers past the call: ids are copied into strings.
 func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
+	start := time.Now()
+	status := s.buy(ctx, saleB, start)
+	s.metrics.observeBuy(status, start)
+}
+
+// buy answers one buy and returns the status it answered.
+func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) string {
 	if !validID(saleB) {
-		write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
-		return
+		return write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
 	}
 	req, reason := parseBuy(ctx.PostBody())
 	if reason != "" {
-		write(ctx, badRequest(reason))
-		return
+		return write(ctx, badRequest(reason))
 	}
 	var idem string
 	if k := ctx.Request.Header.Peek("Idempotency-Key"); k != nil {
 		if !validIdemKey(k) {
-			write(ctx, badRequest("Idempotency-Key must be 1-128 printable ASCII characters"))
-			return
+			return write(ctx, badRequest("Idempotency-Key must be 1-128 printable ASCII characters"))
 		}
 		idem = string(k)
 	}
 	sale := string(saleB)
-	now := time.Now()
 	if idem == "" {
 		if err := s.closed.get(sale, now); err != nil {
-			write(ctx, replyFor(err))
-			return
+			s.metrics.shortCircuit.Inc()
+			return write(ctx, replyFor(err))
 		}
 	}
 	if !s.limits.allow(sale, now) {
-		writeRateLimited(ctx)
-		return
+		return writeRateLimited(ctx)
 	}
 	epoch := s.closed.epoch.Load()
 	res, err := s.batch.reserve(sale, Reservation{OrderID: s.ids.next(), UserID: req.user, Quantity: req.quantity, IdemKey: idem})
 	if err != nil {
 		if err == ErrRateLimited {
-			writeRateLimited(ctx)
-			return
+			return writeRateLimited(ctx)
 		}
-		s.unavailable(ctx, "reserve", err)
-		return
+		return s.unavailable(ctx, "reserve", err)
 	}
 	if res.Err != nil {
 		s.closed.remember(sale, res.Err, epoch, now)
-		write(ctx, replyFor(res.Err))
-		return
+		return write(ctx, replyFor(res.Err))
 	}
-	out := [1]Result{res}
-	s.writeAccepted(ctx, out[0].OrderID, sale, req.user, req.quantity)
+	s.writeAccepted(ctx, res.OrderID, sale, req.user, req.quantity)
+	return "accepted"
 }
 
 func (s *Server) writeAccepted(ctx *fasthttp.RequestCtx, orderID, sale, user string, qty int) {
@@ -137,15 +136,15 @@ func (s *Server) writeAccepted(ctx *fasthttp.RequestCtx, orderID, sale, user str
 	ctx.Response.SetBody(b)
 }
 
-func writeRateLimited(ctx *fasthttp.RequestCtx) {
+func writeRateLimited(ctx *fasthttp.RequestCtx) string {
 	ctx.Response.Header.Set("Retry-After", "1")
-	write(ctx, replyRateLimited)
+	return write(ctx, replyRateLimited)
 }
 
 // unavailable answers 503 for a Redis failure and logs it (sampled by zap).
-func (s *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) {
+func (s *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) string {
 	s.log.Warn("redis unavailable", zap.String("op", op), zap.Error(err))
-	write(ctx, replyUnavailable)
+	return write(ctx, replyUnavailable)
 }
 
 func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
@@ -174,7 +173,7 @@ func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
 	b = strconv.AppendInt(b, v.Limit, 10)
 	b = appendTimes(b, v)
 	b = append(b, '}')
-	write(ctx, reply{200, b})
+	write(ctx, reply{code: 200, body: b})
 }
 
 func appendTimes(b []byte, v *SaleView) []byte {
@@ -224,7 +223,7 @@ func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte) {
 	b = append(b, `,"quantity":`...)
 	b = strconv.AppendInt(b, o.Quantity, 10)
 	b = append(b, '}')
-	write(ctx, reply{200, b})
+	write(ctx, reply{code: 200, body: b})
 }
 
 // serveReady is 200 only when the script path answers and the process is not

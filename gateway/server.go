@@ -8,6 +8,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,9 @@ type Deps struct {
 	// Reload, when set, is called by POST /admin/v1/scripts/reload and
 	// SIGHUP instead of Loader.Load (the process wires its audit around it).
 	Reload func(ctx context.Context, who string) ([]scripts.Script, error)
-	// Metrics, when set, serves GET /metrics on the admin listener.
-	Metrics fasthttp.RequestHandler
+	// Metrics, when set, writes the series of the process's other parts
+	// (relay, Go runtime, process) after the gateway's own on GET /metrics.
+	Metrics func(w io.Writer)
 }
 
 // Server serves the public and admin listeners. Create it with New, run it
@@ -45,7 +47,8 @@ type Server struct {
 	rdb      redis.UniversalClient
 	loader   *scripts.Loader
 	reload   func(ctx context.Context, who string) ([]scripts.Script, error)
-	metrics  fasthttp.RequestHandler
+	metrics  *gatewayMetrics
+	extra    func(w io.Writer)
 	ids      *orderIDs
 	token    []byte
 	maxBody  int
@@ -76,13 +79,15 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		closed:  newClosedSales(cfg.Cache.ClosedTTL),
 		limits:  newRateLimits(cfg.Admission.Rate, cfg.Admission.Burst),
 		reload:  deps.Reload,
-		metrics: deps.Metrics,
+		extra:   deps.Metrics,
 		ids:     ids,
 		token:   []byte(cfg.Admin.Token),
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
+	s.metrics = newGatewayMetrics(s)
 	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
+	s.batch.sizes = s.metrics.batchSize
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
 	}
@@ -205,11 +210,12 @@ func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetConnectionClose()
 }
 
-// write sends a fixed reply.
-func write(ctx *fasthttp.RequestCtx, r reply) {
+// write sends a reply and returns its status.
+func write(ctx *fasthttp.RequestCtx, r reply) string {
 	ctx.SetStatusCode(r.code)
 	ctx.Response.Header.SetContentTypeBytes(jsonType)
 	ctx.Response.SetBodyRaw(r.body)
+	return r.status
 }
 
 var jsonType = []byte("application/json")

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
@@ -34,7 +35,8 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
 	reload := auditedReload(log.Named("scripts"), loader)
 
-	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload})
+	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload,
+		Metrics: metrics.WriteProcessMetrics})
 	if err != nil {
 		return err
 	}

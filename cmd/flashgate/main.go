@@ -13,6 +13,8 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/flashgate/flashgate/config"
 )
 
@@ -43,6 +45,7 @@ var commands = map[string]command{
 var errUsage = errors.New("usage")
 
 func main() {
+	metrics.ExposeMetadata(true) // # TYPE lines, as Prometheus conventions expect
 	os.Exit(run(os.Args[1:]))
 }
 
