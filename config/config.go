@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -172,13 +173,24 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, fmt.Errorf("config: %w: %w", ErrInvalid, err)
 		}
 		values, err := flattenYAML(raw)
+		var se *SettingError
+		if errors.As(err, &se) {
+			se.Err = fmt.Errorf("%s: %w", path, se.Err)
+			return nil, se
+		}
 		if err != nil {
 			return nil, fmt.Errorf("config: %s: %w: %w", path, ErrInvalid, err)
 		}
-		for key, v := range values {
+		keys := make([]string, 0, len(values))
+		for k := range values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys) // the same file always reports the same first error
+		for _, key := range keys {
+			v := strings.TrimSpace(values[key])
 			s := byKey(key)
 			if s == nil {
 				return nil, fmt.Errorf("config: %s: %w: unknown key %q", path, ErrInvalid, key)
@@ -201,10 +213,11 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return c, nil
 }
 
-// lookup treats an empty variable as unset, except for the settings whose
-// empty value means something (the ones whose default is empty).
+// lookup treats an empty variable as unset (getenv cannot tell them apart).
+// Surrounding white space, such as the newline of a value read from a file,
+// is dropped.
 func lookup(getenv func(string) string, name string) (string, bool) {
-	v := getenv(name)
+	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return "", false
 	}
@@ -262,10 +275,13 @@ func flattenNode(n *yaml.Node, prefix string, out map[string]string) error {
 		if prefix != "" {
 			key = prefix + "." + k.Value
 		}
+		if _, dup := out[key]; dup {
+			return fmt.Errorf("line %d: %s is given twice", k.Line, key)
+		}
 		switch v.Kind {
 		case yaml.MappingNode:
-			if byKey(key) != nil {
-				return fmt.Errorf("line %d: %s must be a single value", v.Line, key)
+			if s := byKey(key); s != nil {
+				return &SettingError{Env: s.env, Key: s.key, Err: fmt.Errorf("line %d: must be a single value", v.Line)}
 			}
 			if err := flattenNode(v, key, out); err != nil {
 				return err
@@ -274,6 +290,9 @@ func flattenNode(n *yaml.Node, prefix string, out map[string]string) error {
 			items := make([]string, 0, len(v.Content))
 			for _, it := range v.Content {
 				if it.Kind != yaml.ScalarNode {
+					if s := byKey(key); s != nil {
+						return &SettingError{Env: s.env, Key: s.key, Err: fmt.Errorf("line %d: must be a list of values", it.Line)}
+					}
 					return fmt.Errorf("line %d: %s must be a list of values", it.Line, key)
 				}
 				items = append(items, it.Value)

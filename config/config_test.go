@@ -377,7 +377,7 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{"FLASHGATE_MYSQL_DSN", "mysql.dsn"}, secret: "hunter2hunter2"},
 		{name: "dsn bad parameter", env: []string{"FLASHGATE_MYSQL_DSN", "u:p@tcp(127.0.0.1:3306)/db?parseTime=maybe"},
 			want: []string{"FLASHGATE_MYSQL_DSN", "mysql.dsn"}},
-		{name: "dsn with trailing newline in a parameter", env: []string{"FLASHGATE_MYSQL_DSN", "u:p@tcp(127.0.0.1:3306)/db?parseTime=true\n"},
+		{name: "dsn with a newline inside a parameter", env: []string{"FLASHGATE_MYSQL_DSN", "u:p@tcp(127.0.0.1:3306)/db?parseTime=tr\nue"},
 			want: []string{"FLASHGATE_MYSQL_DSN", "mysql.dsn"}},
 		{name: "dsn without database in yaml", yaml: "mysql:\n  dsn: u:p@tcp(127.0.0.1:3306)/\n",
 			want: []string{"FLASHGATE_MYSQL_DSN", "mysql.dsn"}},

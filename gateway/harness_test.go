@@ -63,7 +63,9 @@ func startGateway(t testing.TB, opts ...gwOption) *testGateway {
 	cfg.Redis.Addrs = strings.Split(redisAddr(), ",")
 	cfg.Redis.KeyPrefix = "t" + randHex(6)
 	cfg.Shutdown.DrainDelay = 0
-	cfg.Shutdown.Timeout = 5 * time.Second
+	// fasthttp (like net/http) counts a connection that has not sent its
+	// first request as idle only after 5 s; shutdown waits that long for it.
+	cfg.Shutdown.Timeout = 15 * time.Second
 	for _, o := range opts {
 		o(cfg)
 	}
@@ -101,7 +103,7 @@ func startGateway(t testing.TB, opts ...gwOption) *testGateway {
 			if err != nil {
 				t.Errorf("gateway Run: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(20 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
 		g.client.CloseIdleConnections()

@@ -18,4 +18,3 @@ func runConsumer(context.Context, []string, io.Writer) error  { return errNotYet
 func runMigrate(context.Context, []string, io.Writer) error   { return errNotYet }
 func runReconcile(context.Context, []string, io.Writer) error { return errNotYet }
 func runBench(context.Context, []string, io.Writer) error     { return errNotYet }
-func runAdmin(context.Context, []string, io.Writer) error     { return errNotYet }
