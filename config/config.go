@@ -70,6 +70,7 @@ type Admin struct {
 // Redis configures the Redis client. More than one address means Redis Cluster.
 type Redis struct {
 	Addrs     []string
+	Username  string
 	Password  string
 	Timeout   time.Duration
 	PoolSize  int

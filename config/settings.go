@@ -81,6 +81,8 @@ var settings = []setting{
 			return nil
 		},
 		get: func(c *Config) string { return strings.Join(c.Redis.Addrs, ",") }},
+	strSetting("FLASHGATE_REDIS_USERNAME", "redis.username", "", "Redis ACL user (empty: the default user)", false,
+		func(c *Config) *string { return &c.Redis.Username }),
 	strSetting("FLASHGATE_REDIS_PASSWORD", "redis.password", "", "Redis password (AUTH)", true,
 		func(c *Config) *string { return &c.Redis.Password }),
 	durSetting("FLASHGATE_REDIS_TIMEOUT", "redis.timeout", "500ms",

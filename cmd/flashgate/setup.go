@@ -58,6 +58,7 @@ func newRedis(cfg *config.Config) redis.UniversalClient {
 	t := cfg.Redis.Timeout
 	return redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 cfg.Redis.Addrs,
+		Username:              cfg.Redis.Username,
 		Password:              cfg.Redis.Password,
 		DialTimeout:           t,
 		ReadTimeout:           t,
