@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/scripts"
@@ -36,6 +37,13 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 	}
 	if !s.authorized(ctx) {
 		write(ctx, replyUnauthorized)
+		return
+	}
+	if bytes.HasPrefix(path, []byte("/admin/debug/pprof/")) {
+		// Profiles for the operator (behind the token): the same handlers as
+		// net/http/pprof, under /admin/debug/pprof/.
+		ctx.URI().SetPathBytes(path[len("/admin"):])
+		pprofhandler.PprofHandler(ctx)
 		return
 	}
 	switch string(path) {

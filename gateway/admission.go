@@ -28,18 +28,18 @@ func newRateLimits(perSecond float64, burst int) *rateLimits {
 }
 
 // allow takes a token of sale's bucket, reporting whether there was one.
-func (r *rateLimits) allow(sale string, now time.Time) bool {
+func (r *rateLimits) allow(sale []byte, now time.Time) bool {
 	if r.rate <= 0 {
 		return true
 	}
 	r.mu.Lock()
-	l := r.m[sale]
+	l := r.m[string(sale)]
 	if l == nil {
 		if len(r.m) >= maxLimiters {
 			clear(r.m)
 		}
 		l = rate.NewLimiter(r.rate, r.burst)
-		r.m[sale] = l
+		r.m[string(sale)] = l
 	}
 	r.mu.Unlock()
 	return l.AllowN(now, 1)

@@ -50,12 +50,12 @@ func newClosedSales(ttl time.Duration) *closedSales {
 }
 
 // get returns the remembered refusal of sale, or nil.
-func (c *closedSales) get(sale string, now time.Time) error {
+func (c *closedSales) get(sale []byte, now time.Time) error {
 	if c.ttl <= 0 {
 		return nil
 	}
 	c.mu.RLock()
-	e, ok := c.m[sale]
+	e, ok := c.m[string(sale)] // no allocation: the compiler reads the bytes in place
 	c.mu.RUnlock()
 	if !ok || now.After(e.until) {
 		return nil

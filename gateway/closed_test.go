@@ -48,7 +48,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	if r := g.adminPost("so", "restock", `{"quantity":1}`); r.code != 200 {
 		t.Fatalf("restock: %d %s", r.code, r.raw)
 	}
-	waitFor(t, "the restock to reach the gateway", func() bool { return g.srv.closed.get("so", time.Now()) == nil })
+	waitFor(t, "the restock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
 	if r := g.buy("so", "b1", 1, ""); r.code != 202 {
 		t.Errorf("buy after restock: %d %s", r.code, r.raw)
 	}
@@ -59,11 +59,11 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	if r := g.buy("so", "c1", 1, ""); r.code != 423 {
 		t.Fatalf("locked: %d %s", r.code, r.raw)
 	}
-	if g.srv.closed.get("so", time.Now()) != ErrLocked {
+	if g.srv.closed.get([]byte("so"), time.Now()) != ErrLocked {
 		t.Fatalf("locked sale not remembered")
 	}
 	g.adminPost("so", "unlock", "")
-	waitFor(t, "the unlock to reach the gateway", func() bool { return g.srv.closed.get("so", time.Now()) == nil })
+	waitFor(t, "the unlock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
 	if r := g.buy("so", "c2", 1, ""); r.code != 202 {
 		t.Errorf("buy after unlock: %d %s", r.code, r.raw)
 	}

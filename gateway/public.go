@@ -94,18 +94,18 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) stri
 		}
 		idem = string(k)
 	}
-	sale := string(saleB)
 	if idem == "" {
-		if err := s.closed.get(sale, now); err != nil {
+		if err := s.closed.get(saleB, now); err != nil {
 			s.metrics.shortCircuit.Inc()
 			return write(ctx, replyFor(err))
 		}
 	}
-	if !s.limits.allow(sale, now) {
+	if !s.limits.allow(saleB, now) {
 		return writeRateLimited(ctx)
 	}
+	sale, user := string(saleB), string(req.user)
 	epoch := s.closed.epoch.Load()
-	res, err := s.batch.reserve(sale, Reservation{OrderID: s.ids.next(), UserID: req.user, Quantity: req.quantity, IdemKey: idem})
+	res, err := s.batch.reserve(sale, Reservation{OrderID: s.ids.next(), UserID: user, Quantity: req.quantity, IdemKey: idem})
 	if err != nil {
 		if err == ErrRateLimited {
 			return writeRateLimited(ctx)
@@ -116,7 +116,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) stri
 		s.closed.remember(sale, res.Err, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}
-	s.writeAccepted(ctx, res.OrderID, sale, req.user, req.quantity)
+	s.writeAccepted(ctx, res.OrderID, sale, user, req.quantity)
 	return "accepted"
 }
 

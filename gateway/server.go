@@ -178,6 +178,9 @@ func (s *Server) Run(ctx context.Context) error {
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	err := errors.Join(s.public.ShutdownWithContext(sctx), s.admin.ShutdownWithContext(sctx))
+	// A Serve that had not yet started when Shutdown ran (fasthttp then has
+	// no listener to close) must still end: close the listeners ourselves.
+	s.Close()
 	<-errc
 	<-errc
 	if err != nil {
