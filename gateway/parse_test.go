@@ -91,4 +91,6 @@ func BenchmarkParseBuy(b *testing.B) {
 	}
 }
 
-func sameRequest(a, b buyRequest) bool { return string(a.user) == string(b.user) && a.quantity == b.quantity }
+func sameRequest(a, b buyRequest) bool {
+	return string(a.user) == string(b.user) && a.quantity == b.quantity
+}
