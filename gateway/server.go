@@ -202,11 +202,16 @@ func (s *Server) Close() {
 // oversized headers, a malformed request line.
 func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	var sizeErr *fasthttp.ErrSmallBuffer
+	var netErr net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		write(ctx, replyTooLarge)
 	case errors.As(err, &sizeErr):
 		write(ctx, fixed(431, "bad_request"))
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// A client that opened a connection and sent nothing (or too slowly)
+		// within http.read_timeout: not a malformed request.
+		write(ctx, fixed(408, "request_timeout"))
 	default:
 		write(ctx, badRequest("malformed HTTP request"))
 	}
