@@ -17,4 +17,3 @@ var errDrift = errors.New("drift")
 func runConsumer(context.Context, []string, io.Writer) error  { return errNotYet }
 func runMigrate(context.Context, []string, io.Writer) error   { return errNotYet }
 func runReconcile(context.Context, []string, io.Writer) error { return errNotYet }
-func runBench(context.Context, []string, io.Writer) error     { return errNotYet }

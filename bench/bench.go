@@ -1,0 +1,241 @@
+// Package bench is flashgate's load generator and invariant checker: it
+// runs a real flash sale against a running stack (gateway, relay, consumer,
+// MySQL), measures it from the buyers' side, and checks afterwards that what
+// the buyers were told, what Redis holds and what MySQL holds agree.
+//
+// Run creates a sale through the admin API, drives buy requests at it from a
+// fixed number of keep-alive connections (closed loop, or open loop at a
+// fixed rate), stops when the sale is sold out, a duration has passed or the
+// hard cap is reached, waits for the orders to reach MySQL, and returns a
+// Report. Duplicate clicks are part of the load: a fraction of the requests
+// re-send an earlier buyer's request, some with the same Idempotency-Key.
+//
+// The strategy benchmarks of DESIGN.md (row lock, WATCH/MULTI, Lua) live in
+// this folder's tests (strategy_test.go); they are not part of the binary.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// ErrOptions is wrapped by Run's error when the Options are unusable (a bad
+// value, or a target that is not on this machine without AllowRemote).
+var ErrOptions = errors.New("bad options")
+
+// Options configure one Run. Zero values take the defaults noted.
+type Options struct {
+	URL      string // gateway public base URL, e.g. http://127.0.0.1:8080 (required)
+	AdminURL string // admin listener base URL (required)
+	Token    string // admin bearer token; empty when the admin listener needs none
+	MySQLDSN string // order database, go-sql-driver form; required unless NoMySQL
+	NoMySQL  bool   // skip the MySQL wait and checks (gateway-only runs)
+
+	Sale     string  // sale id to create; default bench-<random>. It must not exist yet.
+	Stock    int64   // units on offer (≥ 0)
+	Limit    int64   // per_user_limit; default 1
+	Users    int     // distinct buyers; default 10000
+	DupRatio float64 // fraction of requests that re-send an earlier request, in [0, 1)
+	Conns    int     // connections to the gateway, each with one request in flight; default 64
+
+	// Rate, when > 0, sends requests on a fixed schedule (open loop) of
+	// Rate per second instead of as fast as answers come back. Latency is
+	// then counted from each request's scheduled time, and a request sent
+	// more than 1 ms late (all connections busy) counts as late.
+	Rate float64
+
+	Duration     time.Duration // stop after this long; 0: no limit but the others
+	UntilSoldOut bool          // stop at the first sold_out answer, or 1 s after the 202s added up to the stock
+	MaxDuration  time.Duration // hard cap on the load; default 60s
+	DrainTimeout time.Duration // longest wait for the orders to reach MySQL; default 30s
+	Timeout      time.Duration // per request; default 5s
+
+	AllowRemote bool // allow targets other than loopback
+
+	// Progress, when set, receives a status line once a second.
+	Progress io.Writer
+}
+
+var saleRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$`)
+
+// normalize fills the defaults and checks every value.
+func (o Options) normalize() (Options, error) {
+	if o.Sale == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return o, err
+		}
+		o.Sale = "bench-" + hex.EncodeToString(b[:])
+	}
+	if o.Limit == 0 {
+		o.Limit = 1
+	}
+	if o.Users == 0 {
+		o.Users = 10000
+	}
+	if o.Conns == 0 {
+		o.Conns = 64
+	}
+	if o.MaxDuration == 0 {
+		o.MaxDuration = 60 * time.Second
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	bad := func(format string, args ...any) (Options, error) {
+		return o, fmt.Errorf("bench: %w: "+format, append([]any{ErrOptions}, args...)...)
+	}
+	switch {
+	case !saleRE.MatchString(o.Sale):
+		return bad("sale %q: want 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit", o.Sale)
+	case o.Stock < 0 || o.Stock > 1_000_000_000:
+		return bad("stock %d: want 0 to 1000000000", o.Stock)
+	case o.Limit < 1 || o.Limit > 1_000_000:
+		return bad("limit %d: want 1 to 1000000", o.Limit)
+	case o.Users < 1 || o.Users > 1_000_000_000:
+		return bad("users %d: want 1 to 1000000000", o.Users)
+	case !(o.DupRatio >= 0 && o.DupRatio < 1):
+		return bad("dup-ratio %v: want 0 ≤ r < 1", o.DupRatio)
+	case o.Conns < 1 || o.Conns > 10000:
+		return bad("conns %d: want 1 to 10000", o.Conns)
+	case !(o.Rate >= 0 && o.Rate <= 1e7):
+		return bad("rate %v: want 0 (closed loop) to 10000000", o.Rate)
+	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0:
+		return bad("durations must not be negative")
+	}
+	for _, t := range []struct{ name, raw string }{{"url", o.URL}, {"admin-url", o.AdminURL}} {
+		u, err := url.Parse(t.raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return bad("%s %q: want http://host:port", t.name, t.raw)
+		}
+		if !o.AllowRemote && !loopback(u.Hostname()) {
+			return bad("%s %q is not this machine; pass --allow-remote to send load elsewhere", t.name, t.raw)
+		}
+	}
+	o.URL, o.AdminURL = strings.TrimSuffix(o.URL, "/"), strings.TrimSuffix(o.AdminURL, "/")
+	if !o.NoMySQL {
+		c, err := mysql.ParseDSN(o.MySQLDSN)
+		if err != nil || c.DBName == "" {
+			return bad("mysql-dsn: want user:pass@tcp(host:port)/database (%v)", err)
+		}
+		if c.Net == "tcp" && !o.AllowRemote {
+			host, _, err := net.SplitHostPort(c.Addr)
+			if err != nil {
+				host = c.Addr
+			}
+			if !loopback(host) {
+				return bad("mysql-dsn names %s, not this machine; pass --allow-remote", c.Addr)
+			}
+		}
+	}
+	return o, nil
+}
+
+// loopback reports whether host is this machine: "localhost" or a loopback IP.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Run runs one flash sale against the stack named by o and returns its
+// report. It blocks until the load has stopped and the orders have reached
+// MySQL (or DrainTimeout passed); when ctx is cancelled it stops the load at
+// once and still reports on what was sent, without waiting for MySQL.
+//
+// A failed invariant is not an error: it is in the report (Report.Err).
+// The error is for a run that could not take place: bad Options (wrapping
+// ErrOptions), a gateway that is not ready, a sale that already exists, an
+// admin API or MySQL that cannot be reached before the load.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	adm := newAdmin(o)
+	defer adm.close()
+
+	var db *orderDB
+	if !o.NoMySQL {
+		if db, err = openOrderDB(ctx, o.MySQLDSN); err != nil {
+			return nil, err
+		}
+		defer db.close()
+	}
+	if err := adm.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit); err != nil {
+		return nil, err
+	}
+
+	rep := &Report{Sale: o.Sale, Stock: o.Stock, Limit: o.Limit, Users: o.Users, Conns: o.Conns,
+		Rate: o.Rate, DupRatio: o.DupRatio, MySQLChecked: !o.NoMySQL}
+	if o.UntilSoldOut && int64(o.Users)*o.Limit < o.Stock {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("users × limit = %d < stock %d: the sale cannot sell out", int64(o.Users)*o.Limit, o.Stock))
+	}
+	l := newLoad(o, adm)
+	l.run(ctx, rep)
+
+	// What follows must happen even after an interrupt, but bounded.
+	post := context.WithoutCancel(ctx)
+	f := Figures{Limit: o.Limit, MySQL: !o.NoMySQL, Unanswered: rep.unanswered}
+	l.ledger.figures(&f)
+	rep.Replays = l.ledger.replays
+	vctx, cancel := context.WithTimeout(post, 10*time.Second)
+	v, err := adm.view(vctx, o.Sale)
+	cancel()
+	if err != nil {
+		f.RedisErr = err.Error()
+	} else {
+		f.RedisStock, f.RedisSold, f.RedisRemaining = v.Stock, v.Sold, v.Remaining
+		rep.OutboxPending = v.OutboxPending
+	}
+
+	if db != nil {
+		want := f.AcceptedUnits
+		if f.RedisErr == "" {
+			want = f.RedisSold
+		}
+		wait := o.DrainTimeout
+		if ctx.Err() != nil {
+			wait = 0
+		}
+		dctx, cancel := context.WithTimeout(post, wait+10*time.Second)
+		drained, ok, err := db.waitFor(dctx, o.Sale, f.AcceptedOrders, want, l.start, wait)
+		if err == nil {
+			switch {
+			case ok:
+				rep.MySQLAfter = drained
+			case wait == 0:
+				rep.Notes = append(rep.Notes, "interrupted: MySQL read once, without waiting for the orders still on their way")
+			default:
+				rep.Notes = append(rep.Notes, fmt.Sprintf("not every order was in MySQL after --drain-timeout %v", wait))
+			}
+			err = db.figures(dctx, o.Sale, o.Limit, l.ledger.ids(), &f)
+		}
+		cancel()
+		if err != nil {
+			f.MySQLErr = err.Error()
+		}
+	}
+	rep.Figures = f
+	rep.Checks = Verify(f)
+	return rep, nil
+}

@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// ErrFailed is wrapped by Report.Err when an invariant check failed.
+var ErrFailed = errors.New("invariant check failed")
+
+// Results of a Check.
+const (
+	Pass = "PASS"
+	Fail = "FAIL"
+	Skip = "SKIP"
+)
+
+// Check is the verdict on one invariant.
+type Check struct {
+	Name   string `json:"name"`
+	Result string `json:"result"` // Pass, Fail or Skip
+	Detail string `json:"detail"`
+}
+
+// Figures are what the invariant checks compare: what the buyers were told
+// (the 202s), what Redis holds (the admin view) and what MySQL holds.
+type Figures struct {
+	Limit int64 `json:"limit"` // per_user_limit of the sale
+
+	// From the 202 answers, counting each order id once.
+	AcceptedOrders int64 `json:"accepted_orders"`
+	AcceptedUnits  int64 `json:"accepted_units"`
+	UsersOverLimit int64 `json:"users_over_limit"` // users whose 202s add up to more than Limit
+	DupOrderIDs    int64 `json:"dup_order_ids"`    // order ids answered 202 twice, other than an Idempotency-Key replay
+	IdemReserved   int64 `json:"idem_reserved"`    // Idempotency-Keys that were answered with two different order ids
+	// Unanswered counts requests that ended without any answer (timeout,
+	// reset): they may have reserved a unit nobody was told about, so
+	// figures from the 202s are allowed to fall short by that much.
+	Unanswered int64 `json:"unanswered"`
+
+	// From Redis, through the admin view.
+	RedisErr       string `json:"redis_error,omitempty"` // why the view could not be read; empty when it was
+	RedisStock     int64  `json:"redis_stock"`
+	RedisSold      int64  `json:"redis_sold"`
+	RedisRemaining int64  `json:"redis_remaining"`
+
+	// From MySQL; MySQL is false when it was not checked (--no-mysql).
+	MySQL               bool   `json:"mysql"`
+	MySQLErr            string `json:"mysql_error,omitempty"` // why the figures could not be read; empty when they were
+	MySQLRows           int64  `json:"mysql_rows"`
+	MySQLDistinct       int64  `json:"mysql_distinct"`         // COUNT(DISTINCT order_id)
+	MySQLUnits          int64  `json:"mysql_units"`            // SUM(quantity)
+	MySQLUsersOverLimit int64  `json:"mysql_users_over_limit"` // users whose rows add up to more than Limit
+	MissingInMySQL      int64  `json:"missing_in_mysql"`       // order ids of 202s with no row
+	ExtraInMySQL        int64  `json:"extra_in_mysql"`         // rows of the sale whose order id no 202 carried
+}
+
+// Verify returns one Check per invariant, in a fixed order. It is a pure
+// function of f, so that each verdict can be tested on made-up figures.
+func Verify(f Figures) []Check {
+	var out []Check
+	add := func(name string, ok bool, detail string, args ...any) {
+		r := Fail
+		if ok {
+			r = Pass
+		}
+		out = append(out, Check{Name: name, Result: r, Detail: fmt.Sprintf(detail, args...)})
+	}
+	// upTo reports whether got is want, or, with unanswered requests,
+	// between want and want+Unanswered.
+	upTo := func(want, got int64) bool {
+		return got == want || (got > want && got-want <= f.Unanswered)
+	}
+	slack := ""
+	if f.Unanswered > 0 {
+		slack = fmt.Sprintf(" (%d requests got no answer; allowed for)", f.Unanswered)
+	}
+
+	const ledger, soldName = "Redis: sold + remaining = stock, remaining ≥ 0", "accepted units = Redis sold"
+	if f.RedisErr != "" {
+		out = append(out, Check{ledger, Fail, "admin view: " + f.RedisErr}, Check{soldName, Fail, "admin view: " + f.RedisErr})
+	} else {
+		add(ledger, f.RedisSold+f.RedisRemaining == f.RedisStock && f.RedisRemaining >= 0,
+			"sold %d + remaining %d, stock %d", f.RedisSold, f.RedisRemaining, f.RedisStock)
+		add(soldName, upTo(f.AcceptedUnits, f.RedisSold), "202s %d, Redis %d%s", f.AcceptedUnits, f.RedisSold, slack)
+	}
+	add("no user over the limit (202s)", f.UsersOverLimit == 0, "%d users over %d", f.UsersOverLimit, f.Limit)
+	add("no duplicate order id (202s)", f.DupOrderIDs == 0, "%d order ids answered twice", f.DupOrderIDs)
+	add("Idempotency-Key replays reserved nothing", f.IdemReserved == 0, "%d keys got a second order", f.IdemReserved)
+
+	mysqlChecks := []string{
+		"Redis sold = MySQL SUM(quantity)",
+		"accepted orders = MySQL rows",
+		"no user over the limit (MySQL)",
+		"no duplicate order id (MySQL)",
+		"every 202's order id is in MySQL",
+		"no MySQL row without a 202",
+	}
+	switch {
+	case !f.MySQL:
+		for _, n := range mysqlChecks {
+			out = append(out, Check{n, Skip, "--no-mysql"})
+		}
+	case f.MySQLErr != "":
+		for _, n := range mysqlChecks {
+			out = append(out, Check{n, Fail, "mysql: " + f.MySQLErr})
+		}
+	default:
+		if f.RedisErr != "" {
+			out = append(out, Check{mysqlChecks[0], Fail, "admin view: " + f.RedisErr})
+		} else {
+			add(mysqlChecks[0], f.MySQLUnits == f.RedisSold, "Redis %d, MySQL %d", f.RedisSold, f.MySQLUnits)
+		}
+		add(mysqlChecks[1], upTo(f.AcceptedOrders, f.MySQLRows), "202s %d, MySQL %d%s", f.AcceptedOrders, f.MySQLRows, slack)
+		add(mysqlChecks[2], f.MySQLUsersOverLimit == 0, "%d users over %d", f.MySQLUsersOverLimit, f.Limit)
+		add(mysqlChecks[3], f.MySQLDistinct == f.MySQLRows, "%d rows, %d distinct order ids", f.MySQLRows, f.MySQLDistinct)
+		add(mysqlChecks[4], f.MissingInMySQL == 0, "%d missing", f.MissingInMySQL)
+		add(mysqlChecks[5], f.ExtraInMySQL <= f.Unanswered, "%d rows no 202 announced%s", f.ExtraInMySQL, slack)
+	}
+	return out
+}
+
+// failed names the checks that failed, or "" when none did.
+func failed(cs []Check) string {
+	var names []string
+	for _, c := range cs {
+		if c.Result == Fail {
+			names = append(names, c.Name)
+		}
+	}
+	return strings.Join(names, "; ")
+}
+
+// acceptance is the first 202 seen for an order id.
+type acceptance struct {
+	user string
+	qty  int64
+	key  string // Idempotency-Key of the request, "" when none
+}
+
+// ledger records every 202 and tells a legitimate replay (the same
+// Idempotency-Key answered again with the same order) from a duplicate order
+// id. It is safe for concurrent use; its size is one entry per order.
+type ledger struct {
+	mu       sync.Mutex
+	orders   map[string]acceptance
+	byKey    map[string]string // Idempotency-Key → order id of its 202
+	dups     int64
+	reserved int64
+	replays  int64
+	units    int64
+}
+
+func newLedger() *ledger {
+	return &ledger{orders: map[string]acceptance{}, byKey: map[string]string{}}
+}
+
+// accept records a 202 for orderID, answering a request of user for qty
+// units that carried Idempotency-Key key ("" when none). It returns the
+// units of all distinct orders so far.
+func (l *ledger) accept(orderID, user string, qty int64, key string) (units int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if key != "" {
+		if prev, ok := l.byKey[key]; !ok {
+			l.byKey[key] = orderID
+		} else if prev != orderID {
+			l.reserved++
+		}
+	}
+	if a, ok := l.orders[orderID]; ok {
+		if key != "" && a.key == key && a.user == user && a.qty == qty {
+			l.replays++
+		} else {
+			l.dups++
+		}
+		return l.units
+	}
+	l.orders[orderID] = acceptance{user: user, qty: qty, key: key}
+	l.units += qty
+	return l.units
+}
+
+// figures fills the 202 part of f.
+func (l *ledger) figures(f *Figures) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	perUser := make(map[string]int64, len(l.orders))
+	f.AcceptedOrders, f.AcceptedUnits, f.UsersOverLimit = int64(len(l.orders)), 0, 0
+	for _, a := range l.orders {
+		f.AcceptedUnits += a.qty
+		perUser[a.user] += a.qty
+	}
+	for _, n := range perUser {
+		if n > f.Limit {
+			f.UsersOverLimit++
+		}
+	}
+	f.DupOrderIDs, f.IdemReserved = l.dups, l.reserved
+}
+
+// ids returns the accepted order ids.
+func (l *ledger) ids() map[string]struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[string]struct{}, len(l.orders))
+	for id := range l.orders {
+		m[id] = struct{}{}
+	}
+	return m
+}

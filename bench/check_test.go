@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// consistent are the figures of a sale that went right: 100 units sold,
+// each in its own order, every order in MySQL.
+func consistent() Figures {
+	return Figures{
+		Limit:          1,
+		AcceptedOrders: 100, AcceptedUnits: 100,
+		RedisStock: 100, RedisSold: 100, RedisRemaining: 0,
+		MySQL:     true,
+		MySQLRows: 100, MySQLDistinct: 100, MySQLUnits: 100,
+	}
+}
+
+func results(cs []Check) map[string]string {
+	m := map[string]string{}
+	for _, c := range cs {
+		m[c.Name] = c.Result
+	}
+	return m
+}
+
+func failedNames(cs []Check) []string {
+	var out []string
+	for _, c := range cs {
+		if c.Result == Fail {
+			out = append(out, c.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestVerifyConsistentPasses(t *testing.T) {
+	cs := Verify(consistent())
+	if len(cs) != 11 {
+		t.Fatalf("%d checks, want 11", len(cs))
+	}
+	for _, c := range cs {
+		if c.Result != Pass {
+			t.Errorf("%s: %s (%s)", c.Name, c.Result, c.Detail)
+		}
+	}
+	if err := (&Report{Checks: cs}).Err(); err != nil {
+		t.Errorf("Report.Err = %v", err)
+	}
+}
+
+// TestVerifyEachFailure breaks one figure at a time: each named row must
+// fail, and only the rows the broken figure is compared in.
+func TestVerifyEachFailure(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(f *Figures)
+		want   []string
+	}{
+		{"Redis oversold", func(f *Figures) { f.RedisSold, f.RedisRemaining = 101, -1; f.RedisStock = 100 },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0", "Redis sold = MySQL SUM(quantity)", "accepted units = Redis sold"}},
+		{"Redis ledger off", func(f *Figures) { f.RedisRemaining = 3 },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0"}},
+		{"a 202 Redis does not know", func(f *Figures) { f.AcceptedUnits = 101 },
+			[]string{"accepted units = Redis sold"}},
+		{"Redis sold more than the 202s", func(f *Figures) { f.AcceptedUnits = 99 },
+			[]string{"accepted units = Redis sold"}},
+		{"user over the limit in the 202s", func(f *Figures) { f.UsersOverLimit = 1 },
+			[]string{"no user over the limit (202s)"}},
+		{"duplicate order id in the 202s", func(f *Figures) { f.DupOrderIDs = 2 },
+			[]string{"no duplicate order id (202s)"}},
+		{"an Idempotency-Key reserved twice", func(f *Figures) { f.IdemReserved = 1 },
+			[]string{"Idempotency-Key replays reserved nothing"}},
+		{"MySQL units differ from Redis", func(f *Figures) { f.MySQLUnits = 99 },
+			[]string{"Redis sold = MySQL SUM(quantity)"}},
+		{"MySQL lost an order", func(f *Figures) { f.MySQLRows, f.MySQLDistinct = 99, 99 },
+			[]string{"accepted orders = MySQL rows"}},
+		{"MySQL has an extra order", func(f *Figures) { f.MySQLRows, f.MySQLDistinct = 101, 101 },
+			[]string{"accepted orders = MySQL rows"}},
+		{"user over the limit in MySQL", func(f *Figures) { f.MySQLUsersOverLimit = 1 },
+			[]string{"no user over the limit (MySQL)"}},
+		{"duplicate order id in MySQL", func(f *Figures) { f.MySQLDistinct = 99 },
+			[]string{"no duplicate order id (MySQL)"}},
+		{"a 202 missing from MySQL", func(f *Figures) { f.MissingInMySQL = 1 },
+			[]string{"every 202's order id is in MySQL"}},
+		{"a MySQL row without a 202", func(f *Figures) { f.ExtraInMySQL = 1 },
+			[]string{"no MySQL row without a 202"}},
+		{"admin view unreadable", func(f *Figures) { f.RedisErr = "connection refused" },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0", "Redis sold = MySQL SUM(quantity)", "accepted units = Redis sold"}},
+		{"MySQL unreadable", func(f *Figures) { f.MySQLErr = "no such table" },
+			[]string{"Redis sold = MySQL SUM(quantity)", "accepted orders = MySQL rows", "every 202's order id is in MySQL",
+				"no MySQL row without a 202", "no duplicate order id (MySQL)", "no user over the limit (MySQL)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := consistent()
+			tt.break_(&f)
+			cs := Verify(f)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if got := failedNames(cs); !slices.Equal(got, want) {
+				t.Errorf("failed %q\nwant   %q", got, want)
+			}
+			err := (&Report{Checks: cs}).Err()
+			if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), tt.want[0]) {
+				t.Errorf("Report.Err = %v", err)
+			}
+		})
+	}
+}
+
+func TestVerifyAllowsForUnansweredRequests(t *testing.T) {
+	// Two requests got no answer: Redis and MySQL may hold up to two orders
+	// nobody was told about, and no more.
+	f := consistent()
+	f.Unanswered = 2
+	f.AcceptedOrders, f.AcceptedUnits = 98, 98
+	f.ExtraInMySQL = 2
+	if got := failedNames(Verify(f)); len(got) != 0 {
+		t.Errorf("within the slack, failed %q", got)
+	}
+	f.AcceptedOrders, f.AcceptedUnits = 97, 97
+	f.ExtraInMySQL = 3
+	want := []string{"accepted orders = MySQL rows", "accepted units = Redis sold", "no MySQL row without a 202"}
+	if got := failedNames(Verify(f)); !slices.Equal(got, want) {
+		t.Errorf("beyond the slack, failed %q, want %q", got, want)
+	}
+	// The slack never excuses a 202 that Redis does not know.
+	f = consistent()
+	f.Unanswered = 5
+	f.AcceptedUnits = 101
+	if r := results(Verify(f))["accepted units = Redis sold"]; r != Fail {
+		t.Errorf("more 202s than Redis sold: %s", r)
+	}
+}
+
+func TestVerifyNoMySQLSkips(t *testing.T) {
+	f := consistent()
+	f.MySQL = false
+	f.MySQLRows = 0 // not read
+	cs := Verify(f)
+	var skipped int
+	for _, c := range cs {
+		switch c.Result {
+		case Skip:
+			skipped++
+		case Fail:
+			t.Errorf("%s failed without MySQL", c.Name)
+		}
+	}
+	if skipped != 6 {
+		t.Errorf("%d skipped, want the 6 MySQL checks", skipped)
+	}
+	if err := (&Report{Checks: cs}).Err(); err != nil {
+		t.Errorf("skips should not fail: %v", err)
+	}
+}
+
+func TestLedger(t *testing.T) {
+	l := newLedger()
+	l.accept("o1", "u1", 1, "k1")
+	l.accept("o1", "u1", 1, "k1") // replay of k1: fine
+	l.accept("o2", "u2", 1, "")
+	l.accept("o3", "u2", 1, "k3") // u2's second unit, over a limit of 1
+	l.accept("o2", "u2", 1, "")   // same order id without a key: duplicate
+	l.accept("o4", "u4", 1, "k1") // k1 answered with another order: reserved twice
+	l.accept("o1", "u9", 1, "k1") // k1's order for another user: duplicate
+	f := Figures{Limit: 1}
+	l.figures(&f)
+	if f.AcceptedOrders != 4 || f.AcceptedUnits != 4 {
+		t.Errorf("orders %d units %d, want 4 4", f.AcceptedOrders, f.AcceptedUnits)
+	}
+	if f.UsersOverLimit != 1 {
+		t.Errorf("users over the limit %d, want 1 (u2)", f.UsersOverLimit)
+	}
+	if f.DupOrderIDs != 2 {
+		t.Errorf("duplicate order ids %d, want 2", f.DupOrderIDs)
+	}
+	if f.IdemReserved != 1 {
+		t.Errorf("keys reserved twice %d, want 1", f.IdemReserved)
+	}
+	if l.replays != 1 {
+		t.Errorf("replays %d, want 1", l.replays)
+	}
+	if ids := l.ids(); len(ids) != 4 {
+		t.Errorf("ids %v", ids)
+	}
+}
+
+func TestJSONString(t *testing.T) {
+	tests := []struct {
+		name, body, key, want string
+	}{
+		{"accepted", `{"status":"accepted","order_id":"abc-1","sale_id":"s"}`, `"order_id"`, "abc-1"},
+		{"first field", `{"status":"sold_out"}`, `"status"`, "sold_out"},
+		{"spaces", `{ "status" : "locked" }`, `"status"`, "locked"},
+		{"key text inside a value", `{"user_id":"status","status":"ok"}`, `"status"`, "ok"},
+		{"missing", `{"status":"ok"}`, `"order_id"`, ""},
+		{"not a string", `{"status":5}`, `"status"`, ""},
+		{"truncated", `{"status":"acc`, `"status"`, ""},
+		{"empty body", ``, `"status"`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := string(jsonString([]byte(tt.body), []byte(tt.key))); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if classify([]byte(`{"status":"rate_limited"}`)) != oRateLimited || classify([]byte(`<html>`)) != oOther {
+		t.Error("classify")
+	}
+}
+
+func TestOptionsRefuseRemoteTargets(t *testing.T) {
+	base := Options{URL: "http://127.0.0.1:8080", AdminURL: "http://localhost:8081",
+		MySQLDSN: "u:p@tcp(127.0.0.1:3306)/db", Stock: 10}
+	tests := []struct {
+		name   string
+		change func(o *Options)
+		ok     bool
+	}{
+		{"loopback", func(o *Options) {}, true},
+		{"IPv6 loopback", func(o *Options) { o.URL = "http://[::1]:8080" }, true},
+		{"remote gateway", func(o *Options) { o.URL = "http://10.0.0.1:8080" }, false},
+		{"remote admin", func(o *Options) { o.AdminURL = "http://example.com" }, false},
+		{"remote MySQL", func(o *Options) { o.MySQLDSN = "u:p@tcp(db.example.com:3306)/db" }, false},
+		{"remote MySQL skipped", func(o *Options) { o.MySQLDSN = "u:p@tcp(db.example.com:3306)/db"; o.NoMySQL = true }, true},
+		{"unix socket MySQL", func(o *Options) { o.MySQLDSN = "u:p@unix(/run/mysqld.sock)/db" }, true},
+		{"remote allowed", func(o *Options) { o.URL = "http://10.0.0.1:8080"; o.AllowRemote = true }, true},
+		{"a path in the URL", func(o *Options) { o.URL = "http://127.0.0.1:8080/v1" }, false},
+		{"bad scheme", func(o *Options) { o.URL = "ftp://127.0.0.1" }, false},
+		{"bad sale", func(o *Options) { o.Sale = "-x" }, false},
+		{"dup ratio 1", func(o *Options) { o.DupRatio = 1 }, false},
+		{"negative stock", func(o *Options) { o.Stock = -1 }, false},
+		{"no database", func(o *Options) { o.MySQLDSN = "u:p@tcp(127.0.0.1:3306)/" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := base
+			tt.change(&o)
+			n, err := o.normalize()
+			if tt.ok && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !tt.ok && !errors.Is(err, ErrOptions) {
+				t.Fatalf("accepted (err %v)", err)
+			}
+			if tt.ok && (n.Conns != 64 || n.Limit != 1 || !strings.HasPrefix(n.Sale, "bench-")) {
+				t.Errorf("defaults not filled: %+v", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,534 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+const (
+	// ringSize is how many recent requests a duplicate click may repeat.
+	ringSize = 1024
+	// lateAfter is how far past its scheduled time an open-loop request may
+	// leave before it counts as late (timer jitter stays below it).
+	lateAfter = time.Millisecond
+	// soldOutGrace is how long the load goes on after the 202s added up to
+	// the stock without a sold_out answer.
+	soldOutGrace = time.Second
+)
+
+// Outcomes of a buy, in report order; oError is a request that got no
+// answer at all (timeout, reset, refused).
+const (
+	oAccepted = iota
+	oSoldOut
+	oLimitReached
+	oInsufficient
+	oRateLimited
+	oLocked
+	oNotStarted
+	oEnded
+	oNotFound
+	oIdemConflict
+	oBadRequest
+	oTooLarge
+	oUnavailable
+	oOther
+	oError
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	"accepted", "sold_out", "limit_reached", "insufficient_stock", "rate_limited", "locked",
+	"not_started", "ended", "not_found", "idempotency_conflict", "bad_request", "too_large",
+	"unavailable", "other", "error",
+}
+
+var (
+	statusKey  = []byte(`"status"`)
+	orderIDKey = []byte(`"order_id"`)
+)
+
+// classify maps an answer to its outcome by the body's status, which is the
+// contract (the HTTP code is kept for the report only).
+func classify(body []byte) int {
+	switch string(jsonString(body, statusKey)) {
+	case "accepted":
+		return oAccepted
+	case "sold_out":
+		return oSoldOut
+	case "limit_reached":
+		return oLimitReached
+	case "insufficient_stock":
+		return oInsufficient
+	case "rate_limited":
+		return oRateLimited
+	case "locked":
+		return oLocked
+	case "not_started":
+		return oNotStarted
+	case "ended":
+		return oEnded
+	case "not_found":
+		return oNotFound
+	case "idempotency_conflict":
+		return oIdemConflict
+	case "bad_request":
+		return oBadRequest
+	case "too_large":
+		return oTooLarge
+	case "unavailable":
+		return oUnavailable
+	}
+	return oOther
+}
+
+// jsonString returns the value of the top-level string field key (given
+// with its quotes) of a flat JSON object, or nil. It does not unescape: the
+// ids and statuses of API.md never need escaping.
+func jsonString(body, key []byte) []byte {
+	for {
+		i := bytes.Index(body, key)
+		if i < 0 {
+			return nil
+		}
+		body = body[i+len(key):]
+		rest := bytes.TrimLeft(body, " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue // the key's text inside a value
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if len(rest) == 0 || rest[0] != '"' {
+			return nil
+		}
+		rest = rest[1:]
+		j := bytes.IndexByte(rest, '"')
+		if j < 0 {
+			return nil
+		}
+		return rest[:j]
+	}
+}
+
+// spec is one buyer's request: who, and the Idempotency-Key if any.
+type spec struct {
+	user string
+	key  string
+}
+
+// load drives the buy requests of one run.
+type load struct {
+	o        Options
+	adm      *admin
+	hc       *fasthttp.HostClient
+	buyURL   string
+	ledger   *ledger
+	start    time.Time
+	interval float64 // ns between scheduled sends (open loop)
+	permA    uint64
+
+	stop     chan struct{}
+	halted   atomic.Bool
+	stopOnce sync.Once
+	full     chan struct{} // closed when the 202s add up to the stock
+	fullOnce sync.Once
+	why      string    // what stopped the load; set once, before stop closes
+	haltAt   time.Time // when
+
+	counts     [numOutcomes]atomic.Int64
+	codes      [numOutcomes]atomic.Int32 // last HTTP code seen per outcome
+	soldOut    atomic.Int64              // ns from start to the sell-out (see soldOutAt), +1; 0: none
+	lastAccept atomic.Int64              // ns from start to the latest 202, +1
+	fresh      atomic.Uint64             // fresh requests sent (picks the next user)
+	keys       atomic.Uint64             // Idempotency-Keys made
+	slot       atomic.Uint64             // open loop: next scheduled slot
+	late       atomic.Int64
+	notSent    atomic.Int64 // errors before the request left (no free connection, dial)
+	maxLag     atomic.Int64
+
+	ringN atomic.Uint64
+	ring  [ringSize]atomic.Pointer[spec]
+
+	errMu    sync.Mutex
+	firstErr string
+}
+
+func newLoad(o Options, adm *admin) *load {
+	u, _ := url.Parse(o.URL) // checked by normalize
+	addr := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
+	}
+	l := &load{
+		o:   o,
+		adm: adm,
+		hc: &fasthttp.HostClient{
+			Addr:                      addr,
+			IsTLS:                     u.Scheme == "https",
+			MaxConns:                  o.Conns,
+			MaxConnWaitTimeout:        o.Timeout,
+			MaxIdemponentCallAttempts: 1,
+			// A buy that failed on the wire has an unknown outcome; resending
+			// it would hide that, so never retry.
+			RetryIfErr:               func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+			NoDefaultUserAgentHeader: true,
+			MaxResponseBodySize:      64 << 10,
+			ReadTimeout:              o.Timeout,
+			WriteTimeout:             o.Timeout,
+		},
+		buyURL: o.URL + "/v1/sales/" + o.Sale + "/orders",
+		ledger: newLedger(),
+		permA:  coprime(uint64(o.Users)),
+		stop:   make(chan struct{}),
+		full:   make(chan struct{}),
+	}
+	if o.Rate > 0 {
+		l.interval = float64(time.Second) / o.Rate
+	}
+	return l
+}
+
+// halt stops the load; the first reason wins.
+func (l *load) halt(why string) {
+	l.stopOnce.Do(func() {
+		l.why = why
+		l.haltAt = time.Now()
+		l.halted.Store(true)
+		close(l.stop)
+	})
+}
+
+// run sends requests until a stop condition, waits for the requests in
+// flight, and fills the load part of rep.
+func (l *load) run(ctx context.Context, rep *Report) {
+	limit, by := l.o.MaxDuration, "max-duration"
+	if l.o.Duration > 0 && l.o.Duration < limit {
+		limit, by = l.o.Duration, "duration"
+	}
+	workers := make([]*worker, l.o.Conns)
+	var wg sync.WaitGroup
+	l.start = time.Now()
+	for i := range workers {
+		w := newWorker(l)
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run()
+		}()
+	}
+	var pwg sync.WaitGroup
+	if l.o.Progress != nil {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			l.progress()
+		}()
+	}
+	t := time.NewTimer(limit)
+	full := l.full
+	var grace <-chan time.Time
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			l.halt("interrupt")
+			waiting = false
+		case <-t.C:
+			l.halt(by)
+			waiting = false
+		case <-l.stop:
+			waiting = false
+		case <-full:
+			full, grace = nil, time.After(soldOutGrace)
+		case <-grace:
+			l.halt("sold-out")
+			waiting = false
+		}
+	}
+	t.Stop()
+	wg.Wait()
+	elapsed := time.Since(l.start)
+	pwg.Wait()
+	l.hc.CloseIdleConnections()
+
+	rep.StoppedBy = l.why
+	rep.Interrupted = l.why == "interrupt"
+	rep.Elapsed = elapsed
+	var all Histogram
+	for o := range numOutcomes {
+		var h Histogram
+		for _, w := range workers {
+			h.Merge(w.hist[o])
+		}
+		if h.Count() == 0 {
+			continue
+		}
+		all.Merge(&h)
+		rep.Outcomes = append(rep.Outcomes, outcomeOf(outcomeNames[o], int(l.codes[o].Load()), &h))
+	}
+	rep.All = outcomeOf("all", 0, &all)
+	rep.Requests = int64(all.Count())
+	if s := elapsed.Seconds(); s > 0 {
+		rep.Throughput = float64(rep.Requests) / s
+	}
+	if n := l.soldOut.Load(); n > 0 {
+		rep.SoldOutAfter = time.Duration(n - 1)
+	}
+	if n := l.lastAccept.Load(); n > 0 {
+		rep.LastAcceptAfter = time.Duration(n - 1)
+	}
+	rep.Late, rep.MaxLag = l.late.Load(), time.Duration(l.maxLag.Load())
+	if l.interval > 0 {
+		// Slots due before the stop that no connection was free to send.
+		due := int64(math.Ceil(float64(l.haltAt.Sub(l.start)) / l.interval))
+		rep.Unsent = max(due-rep.Requests, 0)
+	}
+	rep.unanswered = l.counts[oError].Load() - l.notSent.Load()
+	rep.FirstError = l.firstErr
+}
+
+// progress writes a status line once a second until the load stops.
+func (l *load) progress() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var prev int64
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		var b strings.Builder
+		var total int64
+		for o := range numOutcomes {
+			total += l.counts[o].Load()
+		}
+		fmt.Fprintf(&b, "%5.1fs %8d req/s", time.Since(l.start).Seconds(), total-prev)
+		prev = total
+		for o := range numOutcomes {
+			if n := l.counts[o].Load(); n > 0 {
+				fmt.Fprintf(&b, "  %s %d", outcomeNames[o], n)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		if v, err := l.adm.view(ctx, l.o.Sale); err == nil {
+			fmt.Fprintf(&b, "  remaining %d", v.Remaining)
+		}
+		cancel()
+		b.WriteByte('\n')
+		fmt.Fprint(l.o.Progress, b.String())
+	}
+}
+
+// next returns the request to send: a duplicate of a recent one with
+// probability DupRatio (half of those that had an Idempotency-Key repeat
+// it; the others are the same buyer clicking again without one), otherwise
+// the next buyer's first click, half of them with a fresh key.
+func (l *load) next(rng *rand.Rand) *spec {
+	if l.o.DupRatio > 0 && rng.Float64() < l.o.DupRatio {
+		if n := l.ringN.Load(); n > 0 {
+			back := rng.Uint64N(min(n, ringSize))
+			if p := l.ring[(n-1-back)%ringSize].Load(); p != nil {
+				if p.key != "" && rng.Uint32()&1 == 0 {
+					return p
+				}
+				return &spec{user: p.user}
+			}
+		}
+	}
+	// Users in a fixed pseudo-random order, each once per round.
+	i := l.fresh.Add(1) - 1
+	n := uint64(l.o.Users)
+	s := &spec{user: "u" + strconv.FormatUint(i%n*l.permA%n, 10)}
+	if rng.Uint32()&1 == 0 {
+		s.key = "k" + strconv.FormatUint(l.keys.Add(1), 10)
+	}
+	j := l.ringN.Add(1) - 1
+	l.ring[j%ringSize].Store(s)
+	return s
+}
+
+func (l *load) noteErr(err error) {
+	l.errMu.Lock()
+	if l.firstErr == "" {
+		l.firstErr = err.Error()
+	}
+	l.errMu.Unlock()
+}
+
+// worker owns one connection's worth of requests: one in flight at a time.
+type worker struct {
+	l     *load
+	rng   *rand.Rand
+	hist  [numOutcomes]*Histogram
+	req   *fasthttp.Request
+	resp  *fasthttp.Response
+	body  []byte
+	timer *time.Timer
+}
+
+func newWorker(l *load) *worker {
+	w := &worker{l: l, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		req: &fasthttp.Request{}, resp: &fasthttp.Response{}}
+	w.req.Header.SetMethod(fasthttp.MethodPost)
+	w.req.SetRequestURI(l.buyURL)
+	w.req.Header.SetContentType("application/json")
+	return w
+}
+
+func (w *worker) run() {
+	l := w.l
+	if l.interval > 0 {
+		w.timer = time.NewTimer(time.Hour)
+		w.timer.Stop()
+		defer w.timer.Stop()
+	}
+	for !l.halted.Load() {
+		var t0 time.Time
+		if l.interval > 0 {
+			i := l.slot.Add(1) - 1
+			due := l.start.Add(time.Duration(float64(i) * l.interval))
+			if d := time.Until(due); d > 0 {
+				w.timer.Reset(d)
+				select {
+				case <-w.timer.C:
+				case <-l.stop:
+					return
+				}
+			}
+			if l.halted.Load() {
+				return
+			}
+			if lag := time.Since(due); lag > lateAfter {
+				l.late.Add(1)
+				for m := l.maxLag.Load(); int64(lag) > m && !l.maxLag.CompareAndSwap(m, int64(lag)); m = l.maxLag.Load() {
+				}
+			}
+			t0 = due
+		}
+		w.send(l.next(w.rng), t0)
+	}
+}
+
+// send sends one buy and records its outcome; t0 is the scheduled time in
+// the open loop, zero in the closed loop (then latency starts now).
+func (w *worker) send(s *spec, t0 time.Time) {
+	l := w.l
+	w.body = append(w.body[:0], `{"user_id":"`...)
+	w.body = append(w.body, s.user...)
+	w.body = append(w.body, `","quantity":1}`...)
+	w.req.SetBodyRaw(w.body)
+	if s.key != "" {
+		w.req.Header.Set("Idempotency-Key", s.key)
+	} else {
+		w.req.Header.Del("Idempotency-Key")
+	}
+	if t0.IsZero() {
+		t0 = time.Now()
+	}
+	err := l.hc.DoTimeout(w.req, w.resp, l.o.Timeout)
+	now := time.Now()
+	o := oError
+	var body []byte
+	if err != nil {
+		l.noteErr(err)
+		if neverSent(err) {
+			l.notSent.Add(1)
+		}
+	} else {
+		body = w.resp.Body()
+		o = classify(body)
+		l.codes[o].Store(int32(w.resp.StatusCode()))
+	}
+	if o == oAccepted {
+		id := jsonString(body, orderIDKey)
+		if len(id) == 0 {
+			o = oOther
+			l.noteErr(fmt.Errorf("202 without order_id: %q", body))
+		} else {
+			units := l.ledger.accept(string(id), s.user, 1, s.key)
+			since := int64(now.Sub(l.start)) + 1
+			for m := l.lastAccept.Load(); since > m && !l.lastAccept.CompareAndSwap(m, since); m = l.lastAccept.Load() {
+			}
+			if units >= l.o.Stock {
+				l.soldOutAt(now, false)
+			}
+		}
+	}
+	if o == oSoldOut {
+		l.soldOutAt(now, true)
+	}
+	l.counts[o].Add(1)
+	h := w.hist[o]
+	if h == nil {
+		h = &Histogram{}
+		w.hist[o] = h
+	}
+	h.Record(now.Sub(t0))
+}
+
+// soldOutAt notes that the sale was seen sold out at t: the first sold_out
+// answer (answer true), or the 202 that took the last unit, whichever came
+// first. A sold_out answer stops the load at once; 202s for the whole stock
+// stop it a grace period later (see run), so that a gateway that oversells
+// has the chance to show it, and a sale whose buyers all reached their
+// limit (they get limit_reached, never sold_out) still stops.
+func (l *load) soldOutAt(t time.Time, answer bool) {
+	since := int64(t.Sub(l.start)) + 1
+	for m := l.soldOut.Load(); (m == 0 || since < m) && !l.soldOut.CompareAndSwap(m, since); m = l.soldOut.Load() {
+	}
+	if !l.o.UntilSoldOut {
+		return
+	}
+	if answer {
+		l.halt("sold-out")
+	} else {
+		l.fullOnce.Do(func() { close(l.full) })
+	}
+}
+
+// neverSent reports whether err happened before the request could reach the
+// gateway, so that its outcome is known: nothing was reserved.
+func neverSent(err error) bool {
+	if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrDialTimeout) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// coprime returns a multiplier coprime with n, near n/φ, so that i·a mod n
+// visits every user once per n fresh requests, in a scattered order.
+func coprime(n uint64) uint64 {
+	if n <= 2 {
+		return 1
+	}
+	a := uint64(float64(n)*0.6180339887) | 1
+	for gcd(a, n) != 1 {
+		a++
+	}
+	return a
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

@@ -1,0 +1,374 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+const testToken = "bench-test-token-0123456789"
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redisAddr() string {
+	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
+		return strings.Split(a, ",")[0]
+	}
+	return "127.0.0.1:6379"
+}
+
+// testGateway is a gateway running in this process.
+type testGateway struct {
+	public, admin string // base URLs
+	rdb           *redis.Client
+	keys          scripts.Keys
+}
+
+// startGateway runs a gateway in this process on 127.0.0.1:0 against the
+// Redis of `make up`, with a key prefix of its own; it stops it and deletes
+// its keys when the test ends.
+func startGateway(t *testing.T) *testGateway {
+	t.Helper()
+	cfg := config.Default()
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.Admin.Addr = "127.0.0.1:0"
+	cfg.Admin.Token = testToken
+	cfg.Redis.Addrs = []string{redisAddr()}
+	cfg.Redis.KeyPrefix = "tb" + randHex(6)
+	cfg.Shutdown.DrainDelay = 0
+	cfg.Shutdown.Timeout = 5 * time.Second
+	rdb := redis.NewClient(&redis.Options{
+		Addr: cfg.Redis.Addrs[0], ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
+		DialTimeout: cfg.Redis.Timeout, PoolTimeout: cfg.Redis.Timeout, ContextTimeoutEnabled: true,
+		PoolSize: 64, MaxRetries: 2,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	}
+	loader := scripts.New(rdb, "")
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatalf("load scripts: %v", err)
+	}
+	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Redis: rdb, Loader: loader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gateway Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("gateway did not stop")
+		}
+		if err := deleteKeys(rdb, cfg.Redis.KeyPrefix+":*"); err != nil {
+			t.Logf("delete keys: %v", err)
+		}
+		rdb.Close()
+	})
+	return &testGateway{public: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
+		rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}}
+}
+
+// deleteKeys deletes every key matching pattern.
+func deleteKeys(rdb redis.UniversalClient, pattern string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
+}
+
+func logReport(t *testing.T, rep *Report) {
+	t.Helper()
+	var b bytes.Buffer
+	rep.WriteText(&b)
+	t.Log("\n" + b.String())
+}
+
+// TestRunSellsOutAndPasses runs a small flash sale against a real gateway:
+// more buyers than units, duplicate clicks, and every check must pass with
+// exactly the stock sold.
+func TestRunSellsOutAndPasses(t *testing.T) {
+	g := startGateway(t)
+	public, admin := g.public, g.admin
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		URL: public, AdminURL: admin, Token: testToken, NoMySQL: true,
+		Stock: 200, Users: 500, DupRatio: 0.3, Conns: 16,
+		UntilSoldOut: true, MaxDuration: 8 * time.Second, Timeout: 5 * time.Second,
+		Progress: &syncBuffer{b: &progress},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	f := rep.Figures
+	if f.AcceptedUnits != 200 || f.AcceptedOrders != 200 || f.RedisSold != 200 {
+		t.Errorf("accepted %d units in %d orders, Redis sold %d; want 200", f.AcceptedUnits, f.AcceptedOrders, f.RedisSold)
+	}
+	if rep.StoppedBy != "sold-out" || rep.SoldOutAfter == 0 {
+		t.Errorf("stopped by %q after %v, want sold-out", rep.StoppedBy, rep.SoldOutAfter)
+	}
+	var sum int64
+	for _, o := range rep.Outcomes {
+		sum += o.Count
+		if o.Count > 0 && (o.P50 <= 0 || o.P50 > o.P99 || o.P99 > o.Max) {
+			t.Errorf("%s: p50 %v p99 %v max %v", o.Status, o.P50, o.P99, o.Max)
+		}
+	}
+	if sum != rep.Requests || rep.All.Count != rep.Requests {
+		t.Errorf("outcomes add up to %d, all %d, requests %d", sum, rep.All.Count, rep.Requests)
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil || !bytes.Contains(js.Bytes(), []byte(`"result": "PASS"`)) {
+		t.Errorf("JSON report: %v\n%s", err, js.String())
+	}
+}
+
+// TestRunOpenLoop drives a fixed rate for a fixed time past the sell-out,
+// with a per-user limit above 1, and checks the schedule was kept.
+func TestRunOpenLoop(t *testing.T) {
+	g := startGateway(t)
+	public, admin := g.public, g.admin
+	rep, err := Run(context.Background(), Options{
+		URL: public, AdminURL: admin, Token: testToken, NoMySQL: true,
+		Stock: 100, Limit: 2, Users: 80, DupRatio: 0.2, Conns: 8, Rate: 500,
+		Duration: 1500 * time.Millisecond, UntilSoldOut: false, MaxDuration: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	if rep.StoppedBy != "duration" {
+		t.Errorf("stopped by %s", rep.StoppedBy)
+	}
+	// 500/s for 1.5 s; allow for a slow start under -race.
+	if rep.Requests < 500 || rep.Requests > 760 {
+		t.Errorf("%d requests at 500/s for 1.5 s", rep.Requests)
+	}
+	if f := rep.Figures; f.RedisSold != 100 || f.AcceptedUnits != 100 {
+		t.Errorf("sold %d, accepted %d; want 100 (80 users × 2 ≥ 100)", f.RedisSold, f.AcceptedUnits)
+	}
+}
+
+func TestRunRefusesAnExistingSale(t *testing.T) {
+	g := startGateway(t)
+	public, admin := g.public, g.admin
+	o := Options{URL: public, AdminURL: admin, Token: testToken, NoMySQL: true, Sale: "dup-" + randHex(4),
+		Stock: 1, Users: 3, MaxDuration: 2 * time.Second}
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), o); !errors.Is(err, ErrOptions) {
+		t.Fatalf("second run on the same sale: %v, want ErrOptions", err)
+	}
+}
+
+// TestRunCatchesAnOversellingGateway points the bench at a fake gateway that
+// accepts everything and reuses order ids: the checks must fail.
+func TestRunCatchesAnOversellingGateway(t *testing.T) {
+	var created atomic.Bool
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, `{"status":"ok"}`) })
+	mux.HandleFunc("PUT /admin/v1/sales/{sale}", func(w http.ResponseWriter, _ *http.Request) {
+		created.Store(true)
+		w.WriteHeader(201)
+		fmt.Fprint(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /admin/v1/sales/{sale}", func(w http.ResponseWriter, _ *http.Request) {
+		if !created.Load() {
+			w.WriteHeader(404)
+			fmt.Fprint(w, `{"status":"not_found"}`)
+			return
+		}
+		fmt.Fprint(w, `{"status":"ok","stock":10,"sold":10,"remaining":0}`)
+	})
+	mux.HandleFunc("POST /v1/sales/{sale}/orders", func(w http.ResponseWriter, _ *http.Request) {
+		i := n.Add(1)
+		w.WriteHeader(202)
+		fmt.Fprintf(w, `{"status":"accepted","order_id":"o%d"}`, i%50) // ids repeat
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	base := "http://" + ln.Addr().String()
+
+	rep, err := Run(context.Background(), Options{URL: base, AdminURL: base, NoMySQL: true,
+		Stock: 10, Users: 5, Conns: 4, UntilSoldOut: true, Duration: 300 * time.Millisecond, MaxDuration: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	got := results(rep.Checks)
+	for _, name := range []string{"accepted units = Redis sold", "no user over the limit (202s)", "no duplicate order id (202s)"} {
+		if got[name] != Fail {
+			t.Errorf("%s: %s, want FAIL", name, got[name])
+		}
+	}
+	if !errors.Is(rep.Err(), ErrFailed) {
+		t.Errorf("Report.Err = %v", rep.Err())
+	}
+}
+
+// syncBuffer lets the test read what the progress goroutine wrote.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// pipeline stands in for relay + RabbitMQ + consumer, which are not part of
+// this package: it copies the sale's outbox stream into the scratch orders
+// table, so that Run's MySQL path can be tested end to end. With drift, it
+// loses the 7th order and writes the 8th twice, the second time under an
+// order id nobody was given.
+func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		last, n := "-", 0
+		for ctx.Err() == nil {
+			entries, err := g.rdb.XRangeN(ctx, g.keys.Outbox(sale), last, "+", 500).Result()
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("read outbox: %v", err)
+				return
+			}
+			for _, e := range entries {
+				last = "(" + e.ID
+				n++
+				if drift && n == 7 {
+					continue
+				}
+				v := e.Values
+				ids := []any{v["order_id"]}
+				if drift && n == 8 {
+					ids = append(ids, "invented")
+				}
+				for _, id := range ids {
+					if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity) VALUES (?, ?, ?, ?)`,
+						id, v["sale_id"], v["user_id"], v["quantity"]); err != nil && ctx.Err() == nil {
+						t.Errorf("insert: %v", err)
+						return
+					}
+				}
+			}
+			if len(entries) == 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+	}()
+}
+
+// TestRunWithMySQL runs the whole check, MySQL included, with the outbox
+// copied to MySQL a little later than the 202s.
+func TestRunWithMySQL(t *testing.T) {
+	db, dsn := testDatabase(t)
+	g := startGateway(t)
+	sale := "mysql-" + randHex(4)
+	pipeline(t, g, db, sale, false)
+	rep, err := Run(context.Background(), Options{
+		URL: g.public, AdminURL: g.admin, Token: testToken, MySQLDSN: dsn, Sale: sale,
+		Stock: 150, Users: 300, DupRatio: 0.2, Conns: 8, UntilSoldOut: true,
+		MaxDuration: 8 * time.Second, DrainTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	if f := rep.Figures; f.MySQLRows != 150 || f.MySQLUnits != 150 || rep.MySQLAfter == 0 {
+		t.Errorf("MySQL %d rows %d units after %v; want 150", f.MySQLRows, f.MySQLUnits, rep.MySQLAfter)
+	}
+}
+
+// TestRunCatchesMySQLDrift loses one order on the way to MySQL and invents
+// one for a buyer who already has his unit: exactly the matching checks fail.
+func TestRunCatchesMySQLDrift(t *testing.T) {
+	db, dsn := testDatabase(t)
+	g := startGateway(t)
+	sale := "drift-" + randHex(4)
+	pipeline(t, g, db, sale, true)
+	rep, err := Run(context.Background(), Options{
+		URL: g.public, AdminURL: g.admin, Token: testToken, MySQLDSN: dsn, Sale: sale,
+		Stock: 50, Users: 100, Conns: 4, UntilSoldOut: true,
+		MaxDuration: 8 * time.Second, DrainTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logReport(t, rep)
+	want := []string{"every 202's order id is in MySQL", "no MySQL row without a 202", "no user over the limit (MySQL)"}
+	slices.Sort(want)
+	if got := failedNames(rep.Checks); !slices.Equal(got, want) {
+		t.Errorf("failed %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/flashgate/flashgate/bench"
+	"github.com/flashgate/flashgate/config"
+)
+
+const benchUsage = `usage: flashgate bench [flags]
+
+Runs a flash sale against a running stack: creates a sale, sends buy
+requests from --conns connections, stops when it is sold out (or after
+--duration, never later than --max-duration), waits for the orders to reach
+MySQL, and checks that the 202s, Redis and MySQL agree. Exit code 1 when a
+check fails, 2 for a bad flag. Targets must be on this machine unless
+--allow-remote is given.
+
+flags:
+`
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("flashgate bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		o        bench.Options
+		cfgPath  = fs.String("config", os.Getenv("FLASHGATE_CONFIG"), "YAML settings file whose addresses, token and DSN are the defaults (FLASHGATE_CONFIG)")
+		asJSON   = fs.Bool("json", false, "print the report as JSON")
+		progress = fs.Bool("progress", isTerminal(os.Stderr), "a status line on stderr once a second (default: when stderr is a terminal)")
+	)
+	fs.StringVar(&o.URL, "url", "", "gateway public base URL (default http:// + FLASHGATE_HTTP_ADDR)")
+	fs.StringVar(&o.AdminURL, "admin-url", "", "admin listener base URL (default http:// + FLASHGATE_ADMIN_ADDR)")
+	fs.StringVar(&o.Token, "token", "", "admin bearer token (default FLASHGATE_ADMIN_TOKEN)")
+	fs.StringVar(&o.MySQLDSN, "mysql-dsn", "", "order database (default FLASHGATE_MYSQL_DSN, else the built-in default)")
+	fs.BoolVar(&o.NoMySQL, "no-mysql", false, "skip the MySQL wait and checks (gateway-only runs)")
+	fs.StringVar(&o.Sale, "sale", "", "id of the sale to create; it must not exist (default bench-<random>)")
+	fs.Int64Var(&o.Stock, "stock", 1000, "units on offer")
+	fs.Int64Var(&o.Limit, "limit", 1, "per-user limit")
+	fs.IntVar(&o.Users, "users", 10000, "distinct buyers")
+	fs.Float64Var(&o.DupRatio, "dup-ratio", 0.1, "fraction of requests that are duplicate clicks (half of them replay the Idempotency-Key)")
+	fs.IntVar(&o.Conns, "conns", 64, "connections, one request in flight on each")
+	fs.Float64Var(&o.Rate, "rate", 0, "requests/s on a fixed schedule (open loop); 0: closed loop, as fast as answers come")
+	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (0: no limit but sold out and --max-duration)")
+	fs.BoolVar(&o.UntilSoldOut, "until-sold-out", true, "stop at the first sold_out answer, or 1s after the 202s added up to the stock")
+	fs.DurationVar(&o.MaxDuration, "max-duration", 60*time.Second, "hard cap on the load, whatever else is set")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", 30*time.Second, "longest wait for the orders to reach MySQL")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per request")
+	fs.BoolVar(&o.AllowRemote, "allow-remote", false, "allow targets that are not this machine")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, benchUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: %v (flashgate bench -h lists the flags)", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	cfg, err := config.Load(*cfgPath, nil)
+	if err != nil {
+		return err
+	}
+	if o.URL == "" {
+		o.URL = "http://" + dialable(cfg.HTTP.Addr)
+	}
+	if o.AdminURL == "" {
+		o.AdminURL = "http://" + dialable(cfg.Admin.Addr)
+	}
+	if o.Token == "" {
+		o.Token = cfg.Admin.Token
+	}
+	if o.MySQLDSN == "" {
+		o.MySQLDSN = cfg.MySQL.DSN
+	}
+	if *progress {
+		o.Progress = os.Stderr
+	}
+
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		if errors.Is(err, bench.ErrOptions) {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return err
+	}
+	if *asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	return rep.Err()
+}
+
+// dialable turns a listen address into one to connect to: a wildcard host
+// (":8080", "0.0.0.0:8080", "[::]:8080") means this machine.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
