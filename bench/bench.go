@@ -47,6 +47,7 @@ type Options struct {
 	Limit    int64   // per_user_limit; default 1
 	Users    int     // distinct buyers; default 10000
 	DupRatio float64 // fraction of requests that re-send an earlier request, in [0, 1)
+	NoKeys   bool    // send no Idempotency-Key (by default half of the first clicks carry one)
 	Conns    int     // connections to the gateway, each with one request in flight; default 64
 
 	// Rate, when > 0, sends requests on a fixed schedule (open loop) of
@@ -62,6 +63,11 @@ type Options struct {
 	Timeout      time.Duration // per request; default 5s
 
 	AllowRemote bool // allow targets other than loopback
+
+	// Raw sends the load to URL without creating a sale, reading Redis or
+	// MySQL, or checking anything: for measuring a server that is not
+	// flashgate (the bare ceiling of `make bench`) with the same client.
+	Raw bool
 
 	// Progress, when set, receives a status line once a second.
 	Progress io.Writer
@@ -117,6 +123,12 @@ func (o Options) normalize() (Options, error) {
 	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0:
 		return bad("durations must not be negative")
 	}
+	if o.Raw {
+		o.NoMySQL, o.UntilSoldOut = true, false
+		if o.AdminURL == "" {
+			o.AdminURL = o.URL
+		}
+	}
 	for _, t := range []struct{ name, raw string }{{"url", o.URL}, {"admin-url", o.AdminURL}} {
 		u, err := url.Parse(t.raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
@@ -170,6 +182,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	adm := newAdmin(o)
 	defer adm.close()
+	if o.Raw {
+		adm.close()
+	}
 
 	var db *orderDB
 	if !o.NoMySQL {
@@ -178,11 +193,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer db.close()
 	}
-	if err := adm.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit); err != nil {
-		return nil, err
+	if o.Raw {
+		adm = nil
+	} else {
+		if err := adm.ready(ctx); err != nil {
+			return nil, err
+		}
+		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit); err != nil {
+			return nil, err
+		}
 	}
 
 	rep := &Report{Sale: o.Sale, Stock: o.Stock, Limit: o.Limit, Users: o.Users, Conns: o.Conns,
@@ -192,6 +211,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	l := newLoad(o, adm)
 	l.run(ctx, rep)
+	if o.Raw {
+		return rep, nil
+	}
 
 	// What follows must happen even after an interrupt, but bounded.
 	post := context.WithoutCancel(ctx)

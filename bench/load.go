@@ -327,8 +327,10 @@ func (l *load) progress() {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		if v, err := l.adm.view(ctx, l.o.Sale); err == nil {
-			fmt.Fprintf(&b, "  remaining %d", v.Remaining)
+		if l.adm != nil { // a raw load has no sale to read
+			if v, err := l.adm.view(ctx, l.o.Sale); err == nil {
+				fmt.Fprintf(&b, "  remaining %d", v.Remaining)
+			}
 		}
 		cancel()
 		b.WriteByte('\n')
@@ -356,7 +358,7 @@ func (l *load) next(rng *rand.Rand) *spec {
 	i := l.fresh.Add(1) - 1
 	n := uint64(l.o.Users)
 	s := &spec{user: "u" + strconv.FormatUint(i%n*l.permA%n, 10)}
-	if rng.Uint32()&1 == 0 {
+	if !l.o.NoKeys && rng.Uint32()&1 == 0 {
 		s.key = "k" + strconv.FormatUint(l.keys.Add(1), 10)
 	}
 	j := l.ringN.Add(1) - 1

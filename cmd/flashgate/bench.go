@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Int64Var(&o.Limit, "limit", 1, "per-user limit")
 	fs.IntVar(&o.Users, "users", 10000, "distinct buyers")
 	fs.Float64Var(&o.DupRatio, "dup-ratio", 0.1, "fraction of requests that are duplicate clicks (half of them replay the Idempotency-Key)")
+	fs.BoolVar(&o.NoKeys, "no-keys", false, "send no Idempotency-Key (by default half of the first clicks carry one)")
 	fs.IntVar(&o.Conns, "conns", 64, "connections, one request in flight on each")
 	fs.Float64Var(&o.Rate, "rate", 0, "requests/s on a fixed schedule (open loop); 0: closed loop, as fast as answers come")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (0: no limit but sold out and --max-duration)")
