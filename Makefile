@@ -36,7 +36,7 @@ down:
 # The consumer runs in the background and is stopped when the gateway exits
 # (Ctrl-C included); the exit status is the gateway's.
 run: up build
-	@./$(BIN) consumer & consumer=$$!; \
+	@FLASHGATE_CONSUMER_METRICS_ADDR=$${FLASHGATE_CONSUMER_METRICS_ADDR:-127.0.0.1:8082} ./$(BIN) consumer & consumer=$$!; \
 	trap 'kill $$consumer 2>/dev/null || true; wait $$consumer 2>/dev/null || true' EXIT; \
 	./$(BIN) gateway
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/deploy/localstack"
+
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
@@ -23,7 +25,14 @@ import (
 var atExit []func()
 
 func TestMain(m *testing.M) {
+	// These tests use MariaDB: wait while a fault test has it stopped.
+	unlock, err := localstack.Lock(false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench tests:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	unlock()
 	for _, f := range atExit {
 		f()
 	}

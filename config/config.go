@@ -118,9 +118,10 @@ type Relay struct {
 
 // Consumer configures the RabbitMQ → MySQL consumer.
 type Consumer struct {
-	Prefetch  int
-	BatchSize int
-	BatchWait time.Duration
+	MetricsAddr string // empty: no metrics listener
+	Prefetch    int
+	BatchSize   int
+	BatchWait   time.Duration
 }
 
 // Admission configures load shedding at the edge; zero values turn it off.

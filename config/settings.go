@@ -115,7 +115,7 @@ var settings = []setting{
 		func(c *Config) *string { return &c.AMQP.Exchange }),
 	nameSetting("FLASHGATE_AMQP_QUEUE", "amqp.queue", "flashgate.orders", "quorum queue the consumers read; its dead-letter queue is QUEUE.dead",
 		func(c *Config) *string { return &c.AMQP.Queue }),
-	intSetting("FLASHGATE_AMQP_DELIVERY_LIMIT", "amqp.delivery_limit", "5", "deliveries of one message before it is dead-lettered", 1, 1000,
+	intSetting("FLASHGATE_AMQP_DELIVERY_LIMIT", "amqp.delivery_limit", "20", "deliveries of one message before it is dead-lettered (a consumer crash counts as one; a malformed message is dead-lettered at once)", 1, 1000,
 		func(c *Config) *int { return &c.AMQP.DeliveryLimit }),
 	{env: "FLASHGATE_MYSQL_DSN", key: "mysql.dsn", def: "flashgate:flashgate@tcp(127.0.0.1:3306)/flashgate?parseTime=true", secret: true,
 		doc: "MySQL data source name (go-sql-driver/mysql form)",
@@ -178,6 +178,18 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.Relay.ClaimAfter }),
 	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "longest wait of the relay for new outbox entries", time.Millisecond, time.Minute,
 		func(c *Config) *time.Duration { return &c.Relay.Poll }),
+	{env: "FLASHGATE_CONSUMER_METRICS_ADDR", key: "consumer.metrics_addr", def: "",
+		doc: "listener of the consumer's /metrics and /healthz (empty: none)",
+		set: func(c *Config, v string) error {
+			if v != "" {
+				if err := checkAddr(v); err != nil {
+					return err
+				}
+			}
+			c.Consumer.MetricsAddr = v
+			return nil
+		},
+		get: func(c *Config) string { return c.Consumer.MetricsAddr }},
 	intSetting("FLASHGATE_CONSUMER_PREFETCH", "consumer.prefetch", "512", "unacknowledged deliveries one consumer holds", 1, 65535,
 		func(c *Config) *int { return &c.Consumer.Prefetch }),
 	intSetting("FLASHGATE_CONSUMER_BATCH_SIZE", "consumer.batch_size", "256", "orders written in one MySQL transaction", 1, 10000,

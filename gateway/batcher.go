@@ -2,10 +2,11 @@ package gateway
 
 import (
 	"context"
-	"github.com/VictoriaMetrics/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // batcher coalesces concurrent reservations for the same sale into one

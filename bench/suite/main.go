@@ -66,7 +66,6 @@ type row struct {
 	baseline      string  // name of the row it is compared with ("" for none)
 	target        float64 // minimum ratio value/baseline, 0 for none
 	ratio         float64
-	targetLabel   string
 	comparedValue float64
 }
 

@@ -35,8 +35,15 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
 	reload := auditedReload(log.Named("scripts"), loader)
 
+	rl, err := newRelay(cfg, log, rdb)
+	if err != nil {
+		return err
+	}
 	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload,
-		Metrics: metrics.WriteProcessMetrics})
+		Metrics: func(w io.Writer) {
+			writeRelayMetrics(w, rl.Stats())
+			metrics.WriteProcessMetrics(w)
+		}})
 	if err != nil {
 		return err
 	}
@@ -76,7 +83,18 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 		}
 	}()
 
-	return srv.Run(ctx)
+	// The relay runs until the HTTP server has stopped taking buys, then
+	// waits for the confirms it has outstanding (bounded), so that the last
+	// orders leave with this process rather than wait for another's claim.
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- rl.Run(relayCtx) }()
+	err = srv.Run(ctx)
+	stopRelay()
+	if rerr := <-relayDone; rerr != nil {
+		log.Error("relay stopped with an error", zap.Error(rerr))
+	}
+	return err
 }
 
 // auditedReload wraps Loader.Load with the audit event of API.md: who

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -73,6 +74,29 @@ func dropRedisKeys(t *testing.T, prefix string) {
 	}
 }
 
+// dropTopology deletes the exchanges and queues a test gateway's relay
+// declared under name.
+func dropTopology(t *testing.T, name string) {
+	conn, err := amqp.DialConfig("amqp://guest:guest@127.0.0.1:5672/", amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		t.Logf("drop topology %s: %v", name, err)
+		return
+	}
+	defer conn.Close()
+	for _, q := range []string{name, name + ".dead"} {
+		if ch, err := conn.Channel(); err == nil {
+			ch.QueueDelete(q, false, false, false)
+			ch.Close()
+		}
+	}
+	for _, x := range []string{name, name + ".dead"} {
+		if ch, err := conn.Channel(); err == nil {
+			ch.ExchangeDelete(x, false, false)
+			ch.Close()
+		}
+	}
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
@@ -86,8 +110,11 @@ func startGatewayProc(t *testing.T, bin string, env ...string) *gatewayProc {
 	p := &gatewayProc{public: freeAddr(t), admin: freeAddr(t), prefix: "p" + randomHex(6),
 		stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, "gateway")
+	// Its own exchange and queue: its relay must not feed the orders of a
+	// test into the queue of `make run`.
 	p.cmd.Env = append(cleanEnv(), "FLASHGATE_HTTP_ADDR="+p.public, "FLASHGATE_ADMIN_ADDR="+p.admin,
-		"FLASHGATE_REDIS_KEY_PREFIX="+p.prefix, "FLASHGATE_LOG_LEVEL=warn")
+		"FLASHGATE_REDIS_KEY_PREFIX="+p.prefix, "FLASHGATE_LOG_LEVEL=warn",
+		"FLASHGATE_AMQP_EXCHANGE="+p.prefix, "FLASHGATE_AMQP_QUEUE="+p.prefix)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -105,6 +132,7 @@ func startGatewayProc(t *testing.T, bin string, env ...string) *gatewayProc {
 			<-p.exited
 		}
 		dropRedisKeys(t, p.prefix)
+		dropTopology(t, p.prefix)
 	})
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(20 * time.Second)

@@ -1,0 +1,205 @@
+// Package broker is flashgate's RabbitMQ connection: dialling, the topology
+// both the relay and the consumer declare, and the backoff they reconnect
+// with.
+//
+// The topology, declared idempotently by every process that connects:
+//
+//	exchange EXCHANGE (direct, durable)
+//	  └─ routing key "order" ─► queue QUEUE (quorum, durable,
+//	                              x-delivery-limit, dead-letter to EXCHANGE.dead)
+//	exchange EXCHANGE.dead (fanout, durable) ─► queue QUEUE.dead (quorum, durable)
+//
+// A message lands in QUEUE.dead when a consumer rejects it as malformed or
+// when it has been delivered more than the delivery limit allows. Dead
+// lettering is at-least-once (x-dead-letter-strategy), so a message cannot
+// vanish between the two queues.
+//
+// There is no automatic recovery inside a Session: when its channel or
+// connection closes, Done says so and the owner opens a new Session after a
+// Backoff delay. The relay and the consumer each need to know exactly which
+// publishes and deliveries a closed channel took with it, which library-level
+// recovery would hide.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/flashgate/flashgate/config"
+)
+
+// RoutingKey is the routing key of order messages.
+const RoutingKey = "order"
+
+// handshake bounds the TCP connect and AMQP handshake of one Dial.
+const handshake = 10 * time.Second
+
+// closeWait bounds the close handshake of Session.Close.
+const closeWait = 2 * time.Second
+
+// heartbeat lets both ends notice a dead peer even when no traffic flows.
+const heartbeat = 5 * time.Second
+
+// DeadLetter returns the name of the dead-letter exchange or queue that goes
+// with an exchange or queue name.
+func DeadLetter(name string) string { return name + ".dead" }
+
+// QueueArgs returns the arguments of the order queue. Declaring a queue of
+// the same name with other arguments fails (PRECONDITION_FAILED).
+func QueueArgs(c config.AMQP) amqp.Table {
+	return amqp.Table{
+		amqp.QueueTypeArg:        amqp.QueueTypeQuorum,
+		"x-delivery-limit":       c.DeliveryLimit,
+		"x-dead-letter-exchange": DeadLetter(c.Exchange),
+		// at-least-once dead lettering needs reject-publish overflow; no
+		// length limit is set, so it never rejects a publish by itself.
+		"x-dead-letter-strategy": "at-least-once",
+		amqp.QueueOverflowArg:    amqp.QueueOverflowRejectPublish,
+	}
+}
+
+// Declare declares the whole topology on ch, blocking for one round trip per
+// exchange, queue and binding. It is idempotent. It fails (and RabbitMQ
+// closes ch) when an exchange or queue of the same name exists with other
+// arguments: changing amqp.delivery_limit on a live queue takes a policy or
+// a new queue, not a restart.
+func Declare(ch *amqp.Channel, c config.AMQP) error {
+	dead := DeadLetter(c.Exchange)
+	if err := ch.ExchangeDeclare(dead, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("broker: declare exchange %s: %w", dead, err)
+	}
+	deadQ := DeadLetter(c.Queue)
+	if _, err := ch.QueueDeclare(deadQ, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		return fmt.Errorf("broker: declare queue %s: %w", deadQ, err)
+	}
+	if err := ch.QueueBind(deadQ, "", dead, false, nil); err != nil {
+		return fmt.Errorf("broker: bind %s to %s: %w", deadQ, dead, err)
+	}
+	if err := ch.ExchangeDeclare(c.Exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("broker: declare exchange %s: %w", c.Exchange, err)
+	}
+	if _, err := ch.QueueDeclare(c.Queue, true, false, false, false, QueueArgs(c)); err != nil {
+		return fmt.Errorf("broker: declare queue %s: %w", c.Queue, err)
+	}
+	if err := ch.QueueBind(c.Queue, RoutingKey, c.Exchange, false, nil); err != nil {
+		return fmt.Errorf("broker: bind %s to %s: %w", c.Queue, c.Exchange, err)
+	}
+	return nil
+}
+
+// Dial connects to url and completes the AMQP handshake, bounded by ctx and
+// by a handshake timeout. name shows in RabbitMQ's connection list.
+func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
+	deadline := time.Now().Add(handshake)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	conn, err := amqp.DialConfig(url, amqp.Config{
+		Heartbeat:  heartbeat,
+		Locale:     "en_US",
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Deadline: deadline}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Cleared by the library once the handshake is done.
+			if err := c.SetDeadline(deadline); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker: dial: %w", err)
+	}
+	return conn, nil
+}
+
+// Session is one connection with one channel on which the topology has been
+// declared. Its channel is as safe for concurrent use as amqp.Channel is;
+// Close, Done and Err are safe for concurrent use.
+type Session struct {
+	Conn    *amqp.Connection
+	Channel *amqp.Channel
+
+	done      chan struct{}
+	closeOnce sync.Once
+	errMu     sync.Mutex
+	err       error
+}
+
+// Open dials, opens a channel and declares the topology, blocking until done
+// or ctx ends. On failure it closes whatever it had opened and returns a
+// wrapped error; it never leaves a connection behind.
+func Open(ctx context.Context, c config.AMQP, name string) (*Session, error) {
+	conn, err := Dial(ctx, c.URL, name)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.CloseDeadline(time.Now().Add(closeWait))
+		return nil, fmt.Errorf("broker: open channel: %w", err)
+	}
+	if err := Declare(ch, c); err != nil {
+		_ = conn.CloseDeadline(time.Now().Add(closeWait))
+		return nil, err
+	}
+	s := &Session{Conn: conn, Channel: ch, done: make(chan struct{})}
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		// Ends when either closes, which Close guarantees.
+		var e *amqp.Error
+		select {
+		case e = <-connClosed:
+		case e = <-chClosed:
+		}
+		s.errMu.Lock()
+		if e != nil {
+			s.err = e
+		} else {
+			s.err = amqp.ErrClosed
+		}
+		s.errMu.Unlock()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Done is closed when the channel or the connection has closed, for any
+// reason, Close included.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the session ended, once Done is closed; nil before.
+func (s *Session) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close closes the connection (and with it the channel), waiting a bounded
+// time for RabbitMQ to answer. It is safe to call more than once and from any
+// goroutine; it returns once Done is closed.
+func (s *Session) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		err = s.Conn.CloseDeadline(time.Now().Add(closeWait))
+		if errors.Is(err, amqp.ErrClosed) {
+			err = nil
+		}
+	})
+	<-s.done
+	return err
+}

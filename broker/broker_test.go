@@ -1,0 +1,205 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/deploy/localstack"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/flashgate/flashgate/config"
+)
+
+func TestMain(m *testing.M) {
+	unlock, err := localstack.Lock(false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "broker tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	unlock()
+	os.Exit(code)
+}
+
+func testAMQP(t *testing.T) config.AMQP {
+	t.Helper()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	c := config.Default().AMQP
+	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
+		c.URL = u
+	}
+	c.Exchange = "test.broker." + hex.EncodeToString(b)
+	c.Queue = c.Exchange
+	c.DeliveryLimit = 2
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := Dial(ctx, c.URL, "broker test cleanup")
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(c.Queue, false, false, false)
+			_, _ = ch.QueueDelete(DeadLetter(c.Queue), false, false, false)
+			_ = ch.ExchangeDelete(c.Exchange, false, false)
+			_ = ch.ExchangeDelete(DeadLetter(c.Exchange), false, false)
+		}
+	})
+	return c
+}
+
+func open(t *testing.T, c config.AMQP) *Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	s, err := Open(ctx, c, "broker test")
+	if err != nil {
+		t.Fatalf("RabbitMQ at %s (run `make up`): %v", c.URL, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// get waits for one message on queue.
+func get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message on %s", queue)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTopologyIsIdempotentAndDeadLetters(t *testing.T) {
+	c := testAMQP(t)
+	s := open(t, c)
+	s2 := open(t, c) // declares the same topology again
+	if err := Declare(s2.Channel, c); err != nil {
+		t.Fatalf("declaring twice: %v", err)
+	}
+	if err := s.Channel.Publish(c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("bad"), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Channel.Publish(c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("retried"), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rejected without requeue: dead-lettered at once.
+	d := get(t, s.Channel, c.Queue)
+	if string(d.Body) != "bad" {
+		t.Fatalf("first message %q", d.Body)
+	}
+	if err := d.Nack(false, false); err != nil {
+		t.Fatal(err)
+	}
+	if d := get(t, s.Channel, DeadLetter(c.Queue)); string(d.Body) != "bad" {
+		t.Fatalf("dead-letter queue holds %q", d.Body)
+	} else {
+		_ = d.Ack(false)
+	}
+
+	// Requeued past the delivery limit (2): dead-lettered too.
+	for i := range 3 {
+		d := get(t, s.Channel, c.Queue)
+		if string(d.Body) != "retried" {
+			t.Fatalf("delivery %d: %q", i, d.Body)
+		}
+		if err := d.Nack(false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := get(t, s.Channel, DeadLetter(c.Queue)); string(d.Body) != "retried" {
+		t.Fatalf("dead-letter queue holds %q", d.Body)
+	}
+}
+
+func TestConflictingQueueFails(t *testing.T) {
+	c := testAMQP(t)
+	open(t, c)
+	other := c
+	other.DeliveryLimit = 7
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if s, err := Open(ctx, other, "broker test"); err == nil {
+		s.Close()
+		t.Fatal("declaring the queue with another delivery limit succeeded")
+	}
+}
+
+func TestSessionDoneAndCloseTwice(t *testing.T) {
+	c := testAMQP(t)
+	s := open(t, c)
+	select {
+	case <-s.Done():
+		t.Fatal("Done before Close")
+	default:
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	<-s.Done()
+	if s.Err() == nil {
+		t.Fatal("Err is nil after Done")
+	}
+}
+
+func TestOpenFailsFast(t *testing.T) {
+	c := config.Default().AMQP
+	c.URL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens there
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Open(ctx, c, "broker test"); err == nil {
+		t.Fatal("Open succeeded")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	b := Backoff{Min: 10 * time.Millisecond, Max: 80 * time.Millisecond}
+	want := []time.Duration{10, 20, 40, 80, 80, 80}
+	for i, w := range want {
+		w *= time.Millisecond
+		d := b.Next()
+		if d < w/2 || d > w {
+			t.Fatalf("attempt %d: %v, want within [%v, %v]", i, d, w/2, w)
+		}
+	}
+	b.Reset()
+	if d := b.Next(); d > 10*time.Millisecond {
+		t.Fatalf("after Reset: %v", d)
+	}
+	var zero Backoff
+	if d := zero.Next(); d <= 0 || d > 100*time.Millisecond {
+		t.Fatalf("zero value: %v", d)
+	}
+}
+
+func TestSleep(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) {
+		t.Fatal("Sleep on a cancelled ctx reported the full delay")
+	}
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Fatal("Sleep did not report the full delay")
+	}
+}

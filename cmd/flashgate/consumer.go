@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"io"
+
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/consumer"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// runConsumer is `flashgate consumer`: RabbitMQ → MySQL until SIGTERM, then
+// finish the deliveries in hand and exit 0.
+func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
+	cfg, err := parseConfig("consumer", args, nil)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush of stderr
+	logSettings(log, cfg)
+
+	db, err := consumer.OpenDB(cfg.MySQL, log.Named("mysql"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rdb := newRedis(cfg)
+	defer rdb.Close()
+	// Loaded on first use: marking orders created is best effort, and
+	// Redis being down must not keep the consumer from writing MySQL.
+	loader := scripts.New(rdb, cfg.Scripts.Dir)
+
+	var c *consumer.Consumer
+	m := newConsumerMetrics(func() consumer.Stats { return c.Stats() })
+	c, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
+		ObserveWrite: m.observe})
+	if err != nil {
+		return err
+	}
+	if cfg.Consumer.MetricsAddr != "" {
+		mctx, stopMetrics := context.WithCancel(context.Background())
+		mdone := make(chan error, 1)
+		ln := cfg.Consumer.MetricsAddr
+		go func() { mdone <- serveMetrics(mctx, ln, m.set.WritePrometheus, log.Named("metrics")) }()
+		defer func() {
+			stopMetrics()
+			if err := <-mdone; err != nil {
+				log.Error("metrics listener", zap.Error(err))
+			}
+		}()
+	}
+	log.Info("consumer starting", zap.String("queue", cfg.AMQP.Queue))
+	err = c.Run(ctx)
+	s := c.Stats()
+	log.Info("consumer stopped", zap.Uint64("inserted", s.Inserted), zap.Uint64("duplicates", s.Duplicates),
+		zap.Uint64("dead_lettered", s.DeadLettered), zap.Uint64("batches", s.Batches))
+	return err
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scrapeURL reads a Prometheus text page into series → value.
+func scrapeURL(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	res, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", url, res.StatusCode, raw)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: bad line %q", url, line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// The relay's and the consumer's series move with the orders that went
+// through them, and both processes expose Go runtime and process metrics.
+func TestPipelineMetrics(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(nil)
+	metricsAddr := freeAddr(t)
+	s.start("consumer-metrics", []string{"FLASHGATE_CONSUMER_METRICS_ADDR=" + metricsAddr}, "consumer")
+	s.createSale(g, "mx", 200, 1)
+	b := startBuyers(t, "http://"+g.public, "mx", 16, 300, 0)
+	b.wait()
+	if accepted := b.check(); len(accepted) != 200 {
+		t.Fatalf("%d accepted, want 200", len(accepted))
+	}
+	s.waitDrained("mx", 2*time.Minute)
+
+	// The consumer commits before it is counted; wait for the figure rather
+	// than sleep.
+	var cm map[string]float64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cm = scrapeURL(t, "http://"+metricsAddr+"/metrics")
+		if cm["flashgate_consumer_inserted_total"] >= 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	gm := scrapeURL(t, "http://"+g.admin+"/metrics")
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"gateway: 200 buys accepted", gm[`flashgate_buys_total{status="accepted"}`] == 200},
+		{"relay: at least 200 confirms", gm["flashgate_relay_confirmed_total"] >= 200},
+		{"relay: 200 outbox entries removed", gm["flashgate_relay_removed_total"] == 200},
+		{"relay: connected", gm["flashgate_relay_connected"] == 1},
+		{"gateway: outbox empty", gm[`flashgate_outbox_pending{sale="mx"}`] == 0},
+		{"gateway: sale sold", gm[`flashgate_sale_sold{sale="mx"}`] == 200},
+		{"gateway: runtime metrics", gm["go_goroutines"] > 0},
+		{"consumer: 200 rows inserted", cm["flashgate_consumer_inserted_total"] == 200},
+		{"consumer: at least 200 deliveries", cm["flashgate_consumer_deliveries_total"] >= 200},
+		{"consumer: batches observed", cm["flashgate_consumer_batches_total"] >= 1 && cm["flashgate_consumer_batch_size_count"] == cm["flashgate_consumer_batches_total"]},
+		{"consumer: batch sizes add up", cm["flashgate_consumer_batch_size_sum"] >= 200},
+		{"consumer: insert latency observed", cm["flashgate_consumer_insert_duration_seconds_count"] >= 1},
+		{"consumer: nothing dead-lettered", cm["flashgate_consumer_dead_lettered_total"] == 0},
+		{"consumer: runtime metrics", cm["go_goroutines"] > 0},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s", c.name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("gateway: %v", gm)
+		t.Logf("consumer: %v", cm)
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/flashgate/flashgate/consumer"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// errDrift is returned by reconcile when Redis and MySQL disagree (exit 3).
+var errDrift = errors.New("drift")
+
+// reconcilePoll is how often --wait measures again.
+const reconcilePoll = 250 * time.Millisecond
+
+// runReconcile is `flashgate reconcile --sale ID [--wait D]`: it compares
+// the sale in Redis with MySQL, prints every figure and every disagreement,
+// and returns errDrift when there is one. With --wait it measures again until
+// there is none or D has passed, so that orders still on their way are not
+// reported as drift.
+func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
+	var sale string
+	var wait time.Duration
+	cfg, err := parseConfig("reconcile", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&sale, "sale", "", "the sale to reconcile (required)")
+		fs.DurationVar(&wait, "wait", 0, "measure again until no drift or this long has passed (e.g. 30s)")
+	})
+	if err != nil {
+		return err
+	}
+	if sale == "" {
+		return fmt.Errorf("%w: --sale is required", errUsage)
+	}
+	if wait < 0 {
+		return fmt.Errorf("%w: --wait must not be negative", errUsage)
+	}
+	db, err := consumer.OpenDB(cfg.MySQL, nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rdb := newRedis(cfg)
+	defer rdb.Close()
+	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
+
+	deadline := time.Now().Add(wait)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		r, err := consumer.Reconcile(rctx, rdb, keys, db, sale)
+		cancel()
+		if err != nil {
+			return err
+		}
+		drift := r.Drift()
+		if len(drift) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			printReport(stdout, r, drift)
+			if len(drift) > 0 {
+				return fmt.Errorf("%w: sale %s: %d disagreement(s)", errDrift, sale, len(drift))
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(reconcilePoll):
+		}
+	}
+}
+
+func printReport(w io.Writer, r *consumer.Report, drift []string) {
+	fmt.Fprintf(w, "sale %s\n", r.Sale)
+	fmt.Fprintf(w, "  redis   sold %d  buyers %d  units held %d  accepted orders %d (%d units)  outbox %d entries (%d units)\n",
+		r.Sold, r.Buyers, r.UserUnits, r.Accepted, r.AcceptedUnits, r.OutboxEntries, r.OutboxUnits)
+	fmt.Fprintf(w, "  mysql   rows %d  units %d  buyers %d  ledger %d units / %d orders\n",
+		r.Rows, r.Units, r.Users, r.LedgerUnits, r.LedgerOrders)
+	fmt.Fprintf(w, "  in transit (sold - mysql - outbox): %d units\n", r.InTransit())
+	fmt.Fprintf(w, "  orders: %d missing, %d unknown to Redis, %d mismatched\n", r.Missing, r.Unknown, r.Mismatched)
+	for _, e := range r.Examples {
+		fmt.Fprintf(w, "    %s\n", e)
+	}
+	if len(drift) == 0 {
+		fmt.Fprintln(w, "no drift")
+		return
+	}
+	for _, d := range drift {
+		fmt.Fprintf(w, "DRIFT: %s\n", d)
+	}
+}

@@ -1,0 +1,598 @@
+// Package consumer writes the orders that RabbitMQ delivers into MySQL,
+// exactly once in effect, and owns the MySQL schema and the reconciliation of
+// a sale between Redis and MySQL.
+//
+// A consumer takes deliveries with manual acknowledgement and a prefetch
+// window, gathers them into batches (up to consumer.batch_size, or whatever
+// came within consumer.batch_wait) and writes each batch in one transaction
+// that inserts the orders idempotently on order_id and adds the rows it
+// actually inserted to the per-sale ledger. Only after COMMIT does it
+// acknowledge the batch; then it marks the orders created in Redis for status
+// polling (best effort, off the acknowledgement path). A message that is not
+// a valid order is rejected without requeue, which dead-letters it.
+//
+// RabbitMQ delivers at least once (a delivery whose ack was lost comes
+// again, and the relay may publish an order twice); the insert on the
+// order_id primary key turns that into exactly once in MySQL, ledger
+// included. Any number of consumers may run at once on the same queue.
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+const (
+	// markQueue bounds the batches waiting to be marked created in Redis;
+	// beyond it marks are dropped (status polling then says queued).
+	markQueue = 256
+	// markChunk bounds the order ids of one mark script call.
+	markChunk = 500
+	// markTries is how often one batch's mark is tried.
+	markTries = 3
+	// redisCall bounds one mark call.
+	redisCall = 2 * time.Second
+)
+
+// Deps are the consumer's collaborators.
+type Deps struct {
+	DB *sql.DB // required; see OpenDB
+	// Redis and Loader mark orders created for status polling; when Redis
+	// is nil nothing is marked.
+	Redis  redis.UniversalClient
+	Loader *scripts.Loader
+	Log    *zap.Logger // nil: no logs
+	// Name prefixes the consumer tags; empty: host-pid-random.
+	Name string
+	// ObserveWrite, when set, is called after each committed transaction
+	// with its number of orders and how long writing it took (for metrics).
+	ObserveWrite func(orders int, took time.Duration)
+}
+
+// Stats are the consumer's counters since start, for metrics.
+type Stats struct {
+	Deliveries   uint64 // messages received (redeliveries included)
+	Redelivered  uint64 // of those, messages RabbitMQ had delivered before
+	Inserted     uint64 // rows inserted into orders
+	Duplicates   uint64 // orders that were already in MySQL
+	Batches      uint64 // transactions committed
+	DeadLettered uint64 // malformed messages rejected to the dead-letter queue
+	DBErrors     uint64 // failed transactions (retried)
+	AckErrors    uint64 // acknowledgements that could not be sent (the broker redelivers)
+	Reconnects   uint64 // RabbitMQ sessions opened after the first
+	Marked       uint64 // orders marked created in Redis
+	MarkErrors   uint64 // orders whose mark failed after retries
+	MarkDropped  uint64 // orders not marked because the mark queue was full
+	Connected    bool   // a RabbitMQ session is open
+}
+
+// Consumer is one RabbitMQ → MySQL consumer. Run it once; Stats is safe for
+// concurrent use.
+type Consumer struct {
+	cfg      config.Consumer
+	amqp     config.AMQP
+	shutdown time.Duration
+	db       *sql.DB
+	rdb      redis.UniversalClient
+	loader   *scripts.Loader
+	keys     scripts.Keys
+	log      *zap.Logger
+	name     string
+
+	started atomic.Bool
+	seq     int
+
+	deliveries, inserted, duplicates, batches, deadLettered, dbErrors atomic.Uint64
+	ackErrors, reconnects, marked, markErrors, markDropped            atomic.Uint64
+	redelivered                                                       atomic.Uint64
+	observe                                                           func(orders int, took time.Duration)
+	connected                                                         atomic.Bool
+}
+
+// ErrSchemaNewer is returned by Run when the database's schema is newer than
+// this binary: an old consumer must not write into it.
+var ErrSchemaNewer = errors.New("schema newer than this binary")
+
+// New validates the settings and returns a consumer. It connects to nothing
+// until Run.
+func New(cfg *config.Config, deps Deps) (*Consumer, error) {
+	if deps.DB == nil {
+		return nil, errors.New("consumer: no database")
+	}
+	if deps.Redis != nil && deps.Loader == nil {
+		return nil, errors.New("consumer: a Redis client needs a script loader")
+	}
+	if cfg.Consumer.Prefetch < 1 || cfg.Consumer.BatchSize < 1 || cfg.Consumer.BatchWait < 0 {
+		return nil, fmt.Errorf("consumer: bad settings %+v", cfg.Consumer)
+	}
+	if cfg.AMQP.URL == "" || cfg.AMQP.Exchange == "" || cfg.AMQP.Queue == "" {
+		return nil, errors.New("consumer: AMQP URL, exchange and queue are required")
+	}
+	log := deps.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	name := deps.Name
+	if name == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "consumer"
+		}
+		name = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(uint64(time.Now().UnixNano())&0xffffff, 36)
+	}
+	return &Consumer{
+		cfg:      cfg.Consumer,
+		amqp:     cfg.AMQP,
+		shutdown: cfg.Shutdown.Timeout,
+		db:       deps.DB,
+		rdb:      deps.Redis,
+		loader:   deps.Loader,
+		keys:     scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
+		log:      log,
+		name:     name,
+		observe:  deps.ObserveWrite,
+	}, nil
+}
+
+// Stats returns the counters. It is safe for concurrent use.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Deliveries:   c.deliveries.Load(),
+		Redelivered:  c.redelivered.Load(),
+		Inserted:     c.inserted.Load(),
+		Duplicates:   c.duplicates.Load(),
+		Batches:      c.batches.Load(),
+		DeadLettered: c.deadLettered.Load(),
+		DBErrors:     c.dbErrors.Load(),
+		AckErrors:    c.ackErrors.Load(),
+		Reconnects:   c.reconnects.Load(),
+		Marked:       c.marked.Load(),
+		MarkErrors:   c.markErrors.Load(),
+		MarkDropped:  c.markDropped.Load(),
+		Connected:    c.connected.Load(),
+	}
+}
+
+// Run migrates the schema, then consumes until ctx ends, reconnecting to
+// RabbitMQ and retrying MySQL with backoff for as long as it takes. When ctx
+// ends it cancels its subscription, writes, commits and acknowledges every
+// delivery already received, and returns nil; shutdown.timeout bounds that
+// (what is not acknowledged by then goes back to the queue). It returns an
+// error wrapping ErrSchemaNewer when the database is newer than the binary,
+// or when called twice.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("consumer: Run called twice")
+	}
+	hard, cancelHard := graceAfter(ctx, c.shutdown)
+	defer cancelHard()
+
+	if err := c.migrate(ctx); err != nil {
+		return err
+	}
+
+	marks := make(chan mark, markQueue)
+	var wg sync.WaitGroup
+	if c.rdb != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.marker(hard, marks)
+		}()
+	}
+	defer func() {
+		close(marks)
+		wg.Wait()
+	}()
+
+	bo := broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	sessions := 0
+	for ctx.Err() == nil {
+		s, err := broker.Open(ctx, c.amqp, "flashgate consumer "+c.name)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			d := bo.Next()
+			c.log.Warn("cannot connect to RabbitMQ", zap.Error(err), zap.Duration("retry_in", d))
+			broker.Sleep(ctx, d)
+			continue
+		}
+		if sessions++; sessions > 1 {
+			c.reconnects.Add(1)
+			c.log.Info("reconnected to RabbitMQ")
+		}
+		c.connected.Store(true)
+		err = c.session(ctx, hard, s, marks, &bo)
+		c.connected.Store(false)
+		_ = s.Close()
+		if ctx.Err() != nil {
+			break
+		}
+		d := bo.Next()
+		c.log.Warn("RabbitMQ session ended; unacknowledged deliveries go back to the queue", zap.Error(err), zap.Duration("retry_in", d))
+		broker.Sleep(ctx, d)
+	}
+	return nil
+}
+
+// migrate runs Migrate until it succeeds: MySQL may not be up yet.
+func (c *Consumer) migrate(ctx context.Context) error {
+	bo := broker.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		mctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		err := Migrate(mctx, c.db)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil || errors.Is(err, ErrSchemaNewer):
+			return err
+		}
+		d := bo.Next()
+		c.log.Warn("cannot migrate the schema yet; retrying", zap.Error(err), zap.Duration("retry_in", d))
+		if !broker.Sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// session consumes on one RabbitMQ session until it breaks or ctx ends.
+func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark, bo *broker.Backoff) error {
+	ch := s.Channel
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("consumer: qos: %w", err)
+	}
+	c.seq++
+	tag := c.name + "-" + strconv.Itoa(c.seq)
+	deliveries, err := ch.Consume(c.amqp.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consumer: consume %s: %w", c.amqp.Queue, err)
+	}
+
+	// Past the shutdown deadline nothing may block on the session.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-stop:
+		case <-hard.Done():
+			_ = s.Close()
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+
+	cancelled := false
+	for {
+		batch, open := c.collect(ctx, deliveries, !cancelled)
+		if len(batch) > 0 {
+			if !c.handle(hard, s, batch, marks) {
+				// Not committed, not acknowledged: end the session so
+				// that no later acknowledgement (multiple) covers
+				// these deliveries; RabbitMQ delivers them again.
+				return errGaveUp
+			}
+			bo.Reset()
+		}
+		if !open {
+			if cancelled {
+				return nil
+			}
+			if err := s.Err(); err != nil {
+				return fmt.Errorf("consumer: %w", err)
+			}
+			return errors.New("consumer: deliveries closed")
+		}
+		if ctx.Err() != nil && !cancelled {
+			// Stop taking deliveries. Those already sent to us are in
+			// hand: finish them (the library closes the channel of
+			// deliveries once they are all handed over).
+			cancelled = true
+			if err := ch.Cancel(tag, false); err != nil {
+				return fmt.Errorf("consumer: cancel: %w", err)
+			}
+		}
+	}
+}
+
+// collect returns the next batch: it waits for one delivery (or for ctx, when
+// watch is set), then takes more until batch_size or batch_wait. open is false
+// once the channel of deliveries has closed.
+func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery, watch bool) (batch []amqp.Delivery, open bool) {
+	var done <-chan struct{}
+	if watch {
+		done = ctx.Done()
+	}
+	select {
+	case d, ok := <-deliveries:
+		if !ok {
+			return nil, false
+		}
+		batch = append(make([]amqp.Delivery, 0, c.cfg.BatchSize), d)
+	case <-done:
+		return nil, true
+	}
+	if c.cfg.BatchWait <= 0 {
+		for len(batch) < c.cfg.BatchSize {
+			select {
+			case d, ok := <-deliveries:
+				if !ok {
+					return batch, false
+				}
+				batch = append(batch, d)
+			default:
+				return batch, true
+			}
+		}
+		return batch, true
+	}
+	t := time.NewTimer(c.cfg.BatchWait)
+	defer t.Stop()
+	for len(batch) < c.cfg.BatchSize {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, d)
+		case <-t.C:
+			return batch, true
+		case <-done:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
+// handle writes one batch and acknowledges it. It reports whether the batch
+// was committed. When it was not (shutdown deadline, lost session), nothing
+// is acknowledged and RabbitMQ delivers the messages again.
+func (c *Consumer) handle(hard context.Context, s *broker.Session, batch []amqp.Delivery, marks chan<- mark) bool {
+	c.deliveries.Add(uint64(len(batch)))
+	orders := make([]order.Order, 0, len(batch))
+	good := make([]amqp.Delivery, 0, len(batch))
+	for _, d := range batch {
+		if d.Redelivered {
+			c.redelivered.Add(1)
+		}
+		o, err := order.Unmarshal(d.Body)
+		if err != nil {
+			c.deadLetter(s, d, err)
+			continue
+		}
+		orders = append(orders, o)
+		good = append(good, d)
+	}
+	if len(orders) == 0 {
+		return true
+	}
+	written, ok := c.write(hard, s, orders, good)
+	if !ok {
+		return false
+	}
+	// Acknowledge up to the last delivery not rejected: multiple=true
+	// covers every earlier one, and a rejected tag must not be named again.
+	var last uint64
+	for i, d := range good {
+		if written[i] {
+			last = max(last, d.DeliveryTag)
+		}
+	}
+	if last > 0 {
+		if err := s.Channel.Ack(last, true); err != nil {
+			// Committed but not acknowledged: RabbitMQ delivers again,
+			// the insert finds the rows, nothing is counted twice.
+			c.ackErrors.Add(1)
+			c.log.Warn("cannot acknowledge a committed batch; it will be delivered again (harmless)", zap.Error(err))
+		}
+	}
+	if c.rdb != nil {
+		bySale := map[string][]string{}
+		for i, o := range orders {
+			if written[i] {
+				bySale[o.SaleID] = append(bySale[o.SaleID], o.OrderID)
+			}
+		}
+		for sale, ids := range bySale {
+			select {
+			case marks <- mark{sale: sale, ids: ids}:
+			default:
+				c.markDropped.Add(uint64(len(ids)))
+				c.log.Warn("mark queue full; orders stay 'queued' for status polling", zap.String("sale", sale), zap.Int("orders", len(ids)))
+			}
+		}
+	}
+	return true
+}
+
+func (c *Consumer) deadLetter(s *broker.Session, d amqp.Delivery, why error) {
+	c.log.Error("rejecting a message that can never be processed; it goes to the dead-letter queue",
+		zap.String("message_id", d.MessageId), zap.Uint64("delivery_tag", d.DeliveryTag), zap.Error(why))
+	if err := s.Channel.Nack(d.DeliveryTag, false, false); err != nil {
+		c.ackErrors.Add(1)
+		c.log.Warn("cannot reject a malformed message; it will be delivered again", zap.Error(err))
+		return
+	}
+	c.deadLettered.Add(1)
+}
+
+// errGaveUp means a write was abandoned: the shutdown deadline passed or the
+// session that delivered the orders is gone. Nothing may be acknowledged.
+var errGaveUp = errors.New("consumer: write abandoned")
+
+// write commits orders. written[i] says whether orders[i] is now in MySQL:
+// false only for an order MySQL refuses as data, which is dead-lettered
+// here. ok is false when the batch was abandoned (see writeRetry); then
+// nothing of it may be acknowledged.
+func (c *Consumer) write(hard context.Context, s *broker.Session, orders []order.Order, ds []amqp.Delivery) (written []bool, ok bool) {
+	written = make([]bool, len(orders))
+	err := c.writeRetry(hard, s, orders)
+	if err == nil {
+		for i := range written {
+			written[i] = true
+		}
+		return written, true
+	}
+	if !isDataError(err) {
+		return nil, false
+	}
+	// One order spoils the batch: write them one by one, to dead-letter
+	// only the ones MySQL refuses.
+	for i, o := range orders {
+		err := c.writeRetry(hard, s, []order.Order{o})
+		switch {
+		case err == nil:
+			written[i] = true
+		case isDataError(err):
+			c.deadLetter(s, ds[i], err)
+		default:
+			return nil, false
+		}
+	}
+	return written, true
+}
+
+// writeRetry runs WriteOrders until it succeeds, MySQL refuses the data
+// (returned at once: no retry can fix it), the session is lost or the
+// shutdown deadline passes (both errGaveUp). Other failures — a lost
+// connection, a server restart, a deadlock — are retried with backoff.
+func (c *Consumer) writeRetry(hard context.Context, s *broker.Session, orders []order.Order) error {
+	bo := broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		start := time.Now()
+		w, err := WriteOrders(hard, c.db, orders)
+		if err == nil {
+			c.count(w)
+			if c.observe != nil {
+				c.observe(len(orders), time.Since(start))
+			}
+			return nil
+		}
+		if isDataError(err) {
+			return err
+		}
+		c.dbErrors.Add(1)
+		if hard.Err() != nil {
+			return errGaveUp
+		}
+		d := bo.Next()
+		c.log.Warn("cannot write to MySQL; retrying, nothing is acknowledged meanwhile",
+			zap.Int("orders", len(orders)), zap.Error(err), zap.Duration("retry_in", d))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-hard.Done():
+			t.Stop()
+			return errGaveUp
+		case <-s.Done():
+			// The broker has taken the deliveries back; another
+			// consumer (or this one, reconnected) gets them again.
+			t.Stop()
+			return errGaveUp
+		}
+	}
+}
+
+func (c *Consumer) count(w Written) {
+	c.batches.Add(1)
+	c.inserted.Add(uint64(w.Inserted))
+	c.duplicates.Add(uint64(w.Duplicates))
+}
+
+// mark is one batch's orders of one sale, to mark created in Redis.
+type mark struct {
+	sale string
+	ids  []string
+}
+
+// marker marks orders created until marks is closed and drained or ctx
+// ends. A mark that keeps failing is dropped: it only affects what status
+// polling says, never the orders.
+func (c *Consumer) marker(ctx context.Context, marks <-chan mark) {
+	for m := range marks {
+		if ctx.Err() != nil {
+			c.markErrors.Add(uint64(len(m.ids)))
+			continue
+		}
+		bo := broker.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+		for try := 1; ; try++ {
+			err := c.mark(ctx, m)
+			if err == nil {
+				c.marked.Add(uint64(len(m.ids)))
+				break
+			}
+			if try == markTries || ctx.Err() != nil {
+				c.markErrors.Add(uint64(len(m.ids)))
+				c.log.Warn("cannot mark orders created; status polling says queued for them",
+					zap.String("sale", m.sale), zap.Int("orders", len(m.ids)), zap.Error(err))
+				break
+			}
+			broker.Sleep(ctx, bo.Next())
+		}
+	}
+}
+
+func (c *Consumer) mark(ctx context.Context, m mark) error {
+	for start := 0; start < len(m.ids); start += markChunk {
+		ids := m.ids[start:min(start+markChunk, len(m.ids))]
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		cctx, cancel := context.WithTimeout(ctx, redisCall)
+		_, err := c.loader.Run(cctx, scripts.Mark, []string{c.keys.Orders(m.sale)}, args...)
+		if errors.Is(err, scripts.ErrNotLoaded) {
+			if _, err = c.loader.Load(cctx); err == nil {
+				_, err = c.loader.Run(cctx, scripts.Mark, []string{c.keys.Orders(m.sale)}, args...)
+			}
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("mark %s: %w", m.sale, err)
+		}
+	}
+	return nil
+}
+
+// graceAfter returns a context that ends grace after parent ends, or when
+// the returned cancel is called.
+func graceAfter(parent context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	hard, cancel := context.WithCancel(context.WithoutCancel(parent))
+	var mu sync.Mutex
+	var t *time.Timer
+	stop := context.AfterFunc(parent, func() {
+		mu.Lock()
+		t = time.AfterFunc(grace, cancel)
+		mu.Unlock()
+	})
+	return hard, func() {
+		stop()
+		mu.Lock()
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}

@@ -1,0 +1,267 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/deploy/localstack"
+
+	"github.com/go-sql-driver/mysql"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+func TestMain(m *testing.M) {
+	unlock, err := localstack.Lock(false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	unlock()
+	os.Exit(code)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// env is one test's private corner of the shared services: a Redis key
+// prefix, an exchange and queues, and a MySQL database of its own, all
+// removed when it ends.
+type env struct {
+	t      *testing.T
+	cfg    *config.Config
+	db     *sql.DB
+	rdb    *redis.Client
+	loader *scripts.Loader
+	keys   scripts.Keys
+	ch     *amqp.Channel
+}
+
+// testDatabase creates flashgate_test_<random> with the project's user and
+// returns its DSN; the database is dropped when the test ends.
+func testDatabase(t *testing.T) string {
+	t.Helper()
+	base := config.Default().MySQL.DSN
+	if v := os.Getenv("FLASHGATE_MYSQL_DSN"); v != "" {
+		base = v
+	}
+	dc, err := mysql.ParseDSN(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "flashgate_test_" + randHex(6)
+	dc.DBName = ""
+	admin, err := sql.Open("mysql", dc.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		t.Fatalf("MariaDB at %s: cannot create a test database (run `make up`): %v", dc.Addr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+			t.Logf("drop %s: %v", name, err)
+		}
+		admin.Close()
+	})
+	dc.DBName = name
+	return dc.FormatDSN()
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cfg := config.Default()
+	id := randHex(5)
+	cfg.Redis.KeyPrefix = "t" + id
+	cfg.AMQP.Exchange = "test.orders." + id
+	cfg.AMQP.Queue = "test.orders." + id
+	cfg.Shutdown.Timeout = 10 * time.Second
+	cfg.Consumer.BatchWait = 5 * time.Millisecond
+	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
+		cfg.AMQP.URL = u
+	}
+	cfg.MySQL.DSN = testDatabase(t)
+	db, err := OpenDB(cfg.MySQL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	}
+	loader := scripts.New(rdb, "")
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := broker.Open(ctx, cfg.AMQP, "consumer test")
+	if err != nil {
+		t.Fatalf("RabbitMQ at %s does not answer (run `make up`): %v", cfg.AMQP.URL, err)
+	}
+	if err := s.Channel.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, cfg: cfg, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if c, err := broker.Dial(ctx, cfg.AMQP.URL, "consumer test cleanup"); err == nil {
+			if ch, err := c.Channel(); err == nil {
+				_, _ = ch.QueueDelete(cfg.AMQP.Queue, false, false, false)
+				_, _ = ch.QueueDelete(broker.DeadLetter(cfg.AMQP.Queue), false, false, false)
+				_ = ch.ExchangeDelete(cfg.AMQP.Exchange, false, false)
+				_ = ch.ExchangeDelete(broker.DeadLetter(cfg.AMQP.Exchange), false, false)
+			}
+			_ = c.Close()
+		}
+		_ = s.Close()
+		var cursor uint64
+		for {
+			keys, next, err := rdb.Scan(ctx, cursor, cfg.Redis.KeyPrefix+":*", 1000).Result()
+			if err != nil {
+				break
+			}
+			if len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		_ = rdb.Close()
+		_ = db.Close()
+	})
+	return e
+}
+
+// publish sends raw bodies to the orders exchange and waits for the
+// broker's confirms.
+func (e *env) publish(bodies ...[]byte) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var dcs []*amqp.DeferredConfirmation
+	for _, b := range bodies {
+		dc, err := e.ch.PublishWithDeferredConfirm(e.cfg.AMQP.Exchange, broker.RoutingKey, true, false, amqp.Publishing{
+			ContentType: order.ContentType, DeliveryMode: amqp.Persistent, Body: b,
+		})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		dcs = append(dcs, dc)
+	}
+	for _, dc := range dcs {
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			e.t.Fatalf("publish not confirmed: %v", err)
+		}
+	}
+}
+
+// orders makes n valid orders of a sale, quantities 1-3.
+func orders(sale string, n int) []order.Order {
+	out := make([]order.Order, n)
+	for i := range out {
+		out[i] = order.Order{
+			OrderID: sale + "-" + randHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
+			Quantity: 1 + i%3, ReservedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
+		}
+	}
+	return out
+}
+
+func bodies(t *testing.T, os []order.Order) [][]byte {
+	t.Helper()
+	out := make([][]byte, len(os))
+	for i, o := range os {
+		b, err := o.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// startConsumer runs a consumer until the test ends (or the returned stop
+// is called); Run must return nil within the shutdown deadline.
+func (e *env) startConsumer(cfg *config.Config) (*Consumer, func()) {
+	e.t.Helper()
+	if cfg == nil {
+		cfg = e.cfg
+	}
+	c, err := New(cfg, Deps{DB: e.db, Redis: e.rdb, Loader: e.loader})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		case <-time.After(cfg.Shutdown.Timeout + 10*time.Second):
+			e.t.Errorf("consumer: Run did not return after its ctx ended")
+		}
+	}
+	e.t.Cleanup(stop)
+	return c, stop
+}
+
+// totals reads the sale's rows and ledger.
+func (e *env) totals(sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units); err != nil {
+		e.t.Fatal(err)
+	}
+	err := e.db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&ledgerUnits, &ledgerOrders)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		e.t.Fatal(err)
+	}
+	return rows, units, ledgerUnits, ledgerOrders
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

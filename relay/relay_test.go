@@ -1,0 +1,404 @@
+package relay
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/order"
+)
+
+// addOrders writes n entries to the sale's outbox the way the reserve script
+// does, registers the sale and returns the order ids.
+func (e *env) addOrders(sale string, n int) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.rdb.SAdd(ctx, e.keys.Sales(), sale).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	ids := make([]string, n)
+	pipe := e.rdb.Pipeline()
+	for i := range ids {
+		ids[i] = sale + "-o" + strconv.Itoa(i) + "-" + randHex(3)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox(sale), Values: []any{
+			"order_id", ids[i], "sale_id", sale, "user_id", "u" + strconv.Itoa(i),
+			"quantity", strconv.Itoa(1 + i%3), "reserved_at", strconv.FormatInt(time.Now().UnixMilli(), 10),
+		}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+// startRelay runs a relay until the test ends; the test fails if Run does
+// not return within its drain bound.
+func (e *env) startRelay(name string) (*Relay, context.CancelFunc) {
+	e.t.Helper()
+	r, err := New(e.cfg, Deps{Redis: e.rdb, Name: name})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stop := func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		case <-time.After(r.drain + 10*time.Second):
+			e.t.Errorf("relay %s: Run did not return after its ctx ended", name)
+		}
+	}
+	var once sync.Once
+	e.t.Cleanup(func() { once.Do(stop) })
+	return r, func() { once.Do(stop) }
+}
+
+// received consumes the queue until every id in want has arrived or the
+// timeout passes, and returns how often each order id arrived.
+func (e *env) received(want []string, timeout time.Duration) map[string]int {
+	e.t.Helper()
+	return consumeUntil(e.t, e.ch, e.cfg.AMQP.Queue, want, timeout)
+}
+
+func consumeUntil(t *testing.T, ch *amqp.Channel, queue string, want []string, timeout time.Duration) map[string]int {
+	t.Helper()
+	tag := "test-" + randHex(4)
+	deliveries, err := ch.Consume(queue, tag, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("consume %s: %v", queue, err)
+	}
+	defer func() { _ = ch.Cancel(tag, false) }()
+	missing := map[string]bool{}
+	for _, id := range want {
+		missing[id] = true
+	}
+	got := map[string]int{}
+	deadline := time.After(timeout)
+	for len(missing) > 0 {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				t.Fatalf("deliveries closed with %d orders missing", len(missing))
+			}
+			o, err := order.Unmarshal(d.Body)
+			if err != nil {
+				t.Fatalf("message %q is not an order: %v", d.Body, err)
+			}
+			if d.MessageId != o.OrderID || d.ContentType != order.ContentType || d.DeliveryMode != amqp.Persistent {
+				t.Fatalf("message properties: id %q (order %q), type %q, mode %d", d.MessageId, o.OrderID, d.ContentType, d.DeliveryMode)
+			}
+			got[o.OrderID]++
+			delete(missing, o.OrderID)
+		case <-deadline:
+			t.Fatalf("after %v, %d of %d orders have not arrived", timeout, len(missing), len(want))
+		}
+	}
+	return got
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outboxEmpty reports whether the sale's outbox has no entry and its group
+// nothing pending.
+func (e *env) outboxEmpty(sale string) bool {
+	ctx := context.Background()
+	n, err := e.rdb.XLen(ctx, e.keys.Outbox(sale)).Result()
+	if err != nil || n != 0 {
+		return false
+	}
+	p, err := e.rdb.XPending(ctx, e.keys.Outbox(sale), Group).Result()
+	return err == nil && p.Count == 0
+}
+
+func TestPublishesThenDeletes(t *testing.T) {
+	e := newEnv(t)
+	a := e.addOrders("sale-a", 700)
+	b := e.addOrders("sale-b", 300)
+	r, _ := e.startRelay("r1")
+
+	got := e.received(append(a, b...), 30*time.Second)
+	if len(got) != 1000 {
+		t.Fatalf("%d distinct orders arrived, want 1000", len(got))
+	}
+	waitFor(t, 10*time.Second, "outboxes not emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
+	waitFor(t, 5*time.Second, "stats", func() bool {
+		s := r.Stats()
+		return s.Removed >= 1000 && s.InFlight == 0 && s.Tracked == 0 && s.Connected
+	})
+	s := r.Stats()
+	if s.Confirmed < 1000 || s.Published < s.Confirmed || s.Malformed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestReturnedEntriesStayPending(t *testing.T) {
+	e := newEnv(t)
+	e.addOrders("s", 1) // the relay learns the sale
+	r, _ := e.startRelay("r1")
+	waitFor(t, 10*time.Second, "first order not removed", func() bool { return e.outboxEmpty("s") })
+
+	// Unroutable from now on: every publish comes back.
+	if err := e.ch.QueueUnbind(e.cfg.AMQP.Queue, broker.RoutingKey, e.cfg.AMQP.Exchange, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.addOrders("s", 10)
+	waitFor(t, 10*time.Second, "no returns counted", func() bool { return r.Stats().Returned >= 10 })
+	if n := e.rdb.XLen(context.Background(), e.keys.Outbox("s")).Val(); n != 10 {
+		t.Fatalf("outbox has %d entries after returns, want 10", n)
+	}
+	waitFor(t, 5*time.Second, "Stats.Sales does not show the pending entries", func() bool {
+		for _, s := range r.Stats().Sales {
+			if s.Sale == "s" && s.Pending == 10 && s.OldestAge > 0 {
+				return true
+			}
+		}
+		return false
+	})
+
+	if err := e.ch.QueueBind(e.cfg.AMQP.Queue, broker.RoutingKey, e.cfg.AMQP.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := e.received(ids, 20*time.Second)
+	for _, id := range ids {
+		if got[id] == 0 {
+			t.Fatalf("order %s did not arrive after the binding came back", id)
+		}
+	}
+	waitFor(t, 10*time.Second, "outbox not emptied after retry", func() bool { return e.outboxEmpty("s") })
+}
+
+func TestClaimsEntriesOfDeadRelay(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.addOrders("s", 50)
+	// A relay reads the entries and dies before publishing them.
+	if err := e.rdb.XGroupCreateMkStream(ctx, e.keys.Outbox("s"), Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: Group, Consumer: "dead", Streams: []string{e.keys.Outbox("s"), ">"}, Count: 100, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := e.startRelay("alive")
+	got := e.received(ids, 30*time.Second)
+	if len(got) != 50 {
+		t.Fatalf("%d orders arrived, want 50", len(got))
+	}
+	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("s") })
+	if c := r.Stats().Claimed; c != 50 {
+		t.Fatalf("claimed %d, want 50", c)
+	}
+}
+
+func TestManyRelaysShareSales(t *testing.T) {
+	e := newEnv(t)
+	for i := range 3 {
+		e.rdb.SAdd(context.Background(), e.keys.Sales(), "s"+strconv.Itoa(i))
+	}
+	for i := range 3 {
+		e.startRelay("r" + strconv.Itoa(i))
+	}
+	var ids []string
+	for range 10 {
+		for i := range 3 {
+			ids = append(ids, e.addOrders("s"+strconv.Itoa(i), 100)...)
+		}
+	}
+	got := e.received(ids, 60*time.Second)
+	dups := 0
+	for _, n := range got {
+		dups += n - 1
+	}
+	t.Logf("%d orders, %d duplicates on the broker", len(got), dups)
+	for i := range 3 {
+		sale := "s" + strconv.Itoa(i)
+		waitFor(t, 10*time.Second, sale+": outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+	}
+}
+
+func TestMalformedEntryStaysInStream(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.addOrders("s", 5)
+	bad, err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox("s"), Values: []any{"order_id", "x", "quantity", "lots"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, e.addOrders("s", 5)...)
+	r, _ := e.startRelay("r1")
+	e.received(ids, 20*time.Second)
+	waitFor(t, 10*time.Second, "good entries not removed", func() bool {
+		n := e.rdb.XLen(ctx, e.keys.Outbox("s")).Val()
+		p := e.rdb.XPending(ctx, e.keys.Outbox("s"), Group).Val()
+		return n == 1 && p != nil && p.Count == 0
+	})
+	left := e.rdb.XRange(ctx, e.keys.Outbox("s"), "-", "+").Val()
+	if len(left) != 1 || left[0].ID != bad {
+		t.Fatalf("outbox holds %v, want only the malformed entry %s", left, bad)
+	}
+	if m := r.Stats().Malformed; m != 1 {
+		t.Fatalf("malformed = %d, want 1", m)
+	}
+}
+
+// TestShutdownNeverDeletesUnconfirmed stops a relay in the middle of a
+// backlog: every entry gone from the outbox must be on the broker, and what
+// is still in the outbox is there for the next relay.
+func TestShutdownNeverDeletesUnconfirmed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ids := e.addOrders("s", 5000)
+	r, stop := e.startRelay("r1")
+	waitFor(t, 20*time.Second, "nothing confirmed", func() bool { return r.Stats().Removed > 0 })
+	stop()
+	left := map[string]bool{}
+	for _, m := range e.rdb.XRange(ctx, e.keys.Outbox("s"), "-", "+").Val() {
+		o, err := order.FromStream(m.Values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left[o.OrderID] = true
+	}
+	var gone []string
+	for _, id := range ids {
+		if !left[id] {
+			gone = append(gone, id)
+		}
+	}
+	t.Logf("stopped with %d of %d entries relayed", len(gone), len(ids))
+	e.received(gone, 30*time.Second) // fails unless every removed entry is on the broker
+
+	// A second relay finishes the job, claiming what the first held.
+	e.startRelay("r2")
+	waitFor(t, 30*time.Second, "second relay did not drain the outbox", func() bool { return e.outboxEmpty("s") })
+}
+
+func TestRunTwice(t *testing.T) {
+	e := newEnv(t)
+	r, _ := e.startRelay("r1")
+	waitFor(t, 10*time.Second, "relay not connected", func() bool { return r.Stats().Connected })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // in case the first Run has not started after all
+	if err := r.Run(ctx); err == nil {
+		t.Fatal("second Run returned nil")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	e := newEnv(t)
+	if _, err := New(e.cfg, Deps{}); err == nil {
+		t.Fatal("New without Redis succeeded")
+	}
+	cfg := *e.cfg
+	cfg.Relay.MaxInFlight = 0
+	if _, err := New(&cfg, Deps{Redis: e.rdb}); err == nil {
+		t.Fatal("New with max_in_flight 0 succeeded")
+	}
+}
+
+// rabbitmqctl runs the local node's rabbitmqctl (deploy/local/rabbitmq-cli.sh).
+func rabbitmqctl(t *testing.T, args ...string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := filepath.Join(dir, "..", "deploy", "local", "rabbitmq-cli.sh")
+	out, err := exec.CommandContext(ctx, cli, append([]string{"rabbitmqctl"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestNackedEntriesStayPending makes RabbitMQ refuse publishes (a length
+// limit with reject-publish overflow, set by policy): the refused entries
+// stay in the outbox and are published again once the queue has room.
+func TestNackedEntriesStayPending(t *testing.T) {
+	e := newEnv(t)
+	policy := "test-maxlen-" + randHex(4)
+	rabbitmqctl(t, "set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(e.cfg.AMQP.Queue)+"$", `{"max-length":5}`)
+	t.Cleanup(func() { rabbitmqctl(t, "clear_policy", policy) })
+	// Policies apply asynchronously.
+	waitFor(t, 30*time.Second, "policy not applied", func() bool {
+		for _, line := range strings.Split(rabbitmqctl(t, "list_queues", "--no-table-headers", "name", "policy"), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == e.cfg.AMQP.Queue && f[1] == policy {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Fill the queue until RabbitMQ refuses (the limit is approximate
+	// for a quorum queue).
+	waitFor(t, 30*time.Second, "queue never full", func() bool {
+		ok, err := publishFiller(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !ok
+	})
+
+	ids := e.addOrders("s", 10)
+	r, _ := e.startRelay("r1")
+	waitFor(t, 20*time.Second, "no nacks", func() bool { return r.Stats().Nacked >= 10 })
+	if n := e.rdb.XLen(context.Background(), e.keys.Outbox("s")).Val(); n != 10 {
+		t.Fatalf("outbox holds %d entries after the nacks, want 10", n)
+	}
+	e.received(ids, 30*time.Second) // consuming makes room: the retries get in
+	waitFor(t, 20*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("s") })
+}
+
+// publishFiller publishes an order of another sale on a confirm channel and reports whether RabbitMQ accepted it.
+func publishFiller(e *env) (bool, error) {
+	conn, err := broker.Dial(context.Background(), e.cfg.AMQP.URL, "filler")
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return false, err
+	}
+	o := order.Order{OrderID: "filler-" + randHex(4), SaleID: "filler", UserID: "filler", Quantity: 1, ReservedAt: time.Now()}
+	body, err := o.Marshal()
+	if err != nil {
+		return false, err
+	}
+	dc, err := ch.PublishWithDeferredConfirm(e.cfg.AMQP.Exchange, broker.RoutingKey, true, false,
+		amqp.Publishing{Body: body, MessageId: o.OrderID, ContentType: order.ContentType, DeliveryMode: amqp.Persistent})
+	if err != nil {
+		return false, err
+	}
+	return dc.Wait(), nil
+}
