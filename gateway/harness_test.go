@@ -39,6 +39,8 @@ type testGateway struct {
 
 type gwOption func(*config.Config)
 
+
+
 func redisAddr() string {
 	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
 		return a
@@ -55,6 +57,11 @@ func randHex(n int) string {
 // startGateway starts a gateway and stops it, and deletes its keys, when the
 // test ends. It fails the test when Redis cannot be reached.
 func startGateway(t testing.TB, opts ...gwOption) *testGateway {
+	return startGatewayLog(t, zap.NewNop(), opts...)
+}
+
+// startGatewayLog is startGateway with the gateway logging to log.
+func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGateway {
 	t.Helper()
 	cfg := config.Default()
 	cfg.HTTP.Addr = "127.0.0.1:0"
@@ -83,7 +90,7 @@ func startGateway(t testing.TB, opts ...gwOption) *testGateway {
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}
-	srv, err := New(cfg, Deps{Log: zap.NewNop(), Redis: rdb, Loader: loader})
+	srv, err := New(cfg, Deps{Log: log, Redis: rdb, Loader: loader})
 	if err != nil {
 		t.Fatal(err)
 	}

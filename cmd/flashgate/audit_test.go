@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// A script reload is an audit event naming who asked and the SHAs before
+// and after.
+func TestReloadAudit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	core, logs := observer.New(zapcore.InfoLevel)
+	loader := scripts.New(rdb, "")
+	reload := auditedReload(zap.New(core), loader)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, who := range []string{"start", "SIGHUP"} {
+		if _, err := reload(ctx, who); err != nil {
+			t.Fatalf("reload: %v (is Redis up? make up)", err)
+		}
+	}
+	events := logs.FilterMessage("audit").All()
+	if len(events) != 2 {
+		t.Fatalf("%d audit events, want 2", len(events))
+	}
+	second := events[1].ContextMap()
+	if second["action"] != "scripts.reload" || second["who"] != "SIGHUP" {
+		t.Errorf("audit event %v", second)
+	}
+	old, _ := second["old"].(map[string]string)
+	nw, _ := second["new"].(map[string]string)
+	if len(old) != 3 || len(nw) != 3 || old["reserve"] != nw["reserve"] || nw["reserve"] == "" {
+		t.Errorf("old %v, new %v: want the three scripts' SHAs, unchanged", old, nw)
+	}
+	if first, _ := events[0].ContextMap()["old"].(map[string]string); len(first) != 0 {
+		t.Errorf("the first load had an old set: %v", first)
+	}
+}
