@@ -19,7 +19,7 @@ func TestAdminAuditLog(t *testing.T) {
 	g.adminPost("au", "unlock", "")
 	g.view("au")
 	g.adminPost("au", "restock", `{"quantity":0}`) // refused: no event
-	g.buy("au", "u1", 1, "")                        // buyers are never logged at info
+	g.buy("au", "u1", 1, "")                       // buyers are never logged at info
 
 	var actions []string
 	for _, e := range logs.FilterMessage("audit").All() {

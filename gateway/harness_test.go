@@ -39,8 +39,6 @@ type testGateway struct {
 
 type gwOption func(*config.Config)
 
-
-
 func redisAddr() string {
 	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
 		return a
