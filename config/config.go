@@ -42,6 +42,7 @@ type Config struct {
 // one script call.
 type Batch struct {
 	MaxSize int // 1 turns batching off
+	Calls   int // script calls of one sale in flight at once
 }
 
 // Cache configures the gateway's memory of closed sales (sold out, locked,

@@ -210,6 +210,8 @@ var settings = []setting{
 		get: func(c *Config) string { return strconv.FormatFloat(c.Admission.Rate, 'g', -1, 64) }},
 	intSetting("FLASHGATE_BATCH_MAX_SIZE", "batch.max_size", "64", "reservations of one sale sent in one script call; 1 turns batching off", 1, 1024,
 		func(c *Config) *int { return &c.Batch.MaxSize }),
+	intSetting("FLASHGATE_BATCH_CALLS", "batch.calls", "1", "script calls of one sale in flight at once on one gateway; the next batch leaves when one returns", 1, 64,
+		func(c *Config) *int { return &c.Batch.Calls }),
 	durSetting("FLASHGATE_CLOSED_CACHE_TTL", "cache.closed_ttl", "500ms", "how long a gateway answers a sold-out, locked, ended or unknown sale from memory without asking Redis again (0 turns it off); changes are also pushed at once", 0, time.Minute,
 		func(c *Config) *time.Duration { return &c.Cache.ClosedTTL }),
 	intSetting("FLASHGATE_ADMISSION_BURST", "admission.burst", "0", "token bucket size of admission.rate (0: one second's worth)", 0, 10_000_000,

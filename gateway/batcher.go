@@ -12,15 +12,18 @@ import (
 // batcher coalesces concurrent reservations for the same sale into one
 // script call. There is no timer: the first buyer of an idle sale sends its
 // reservation at once, alone; buyers who arrive while that call is out queue
-// up, and the moment it returns, the first of them takes the whole queue (up
-// to max) in the next call. Under load, batches grow by themselves to match
-// the round trip; a lone buyer pays nothing.
+// up, and the moment it returns, the queue (up to maxSize) leaves in the next
+// call. Under load, batches grow by themselves to match the round trip; a
+// lone buyer pays nothing. With parallel > 1, that many calls of one sale
+// may be out at once, overlapping the gateway's work with Redis's.
 //
-// No goroutine is started: the buyer whose call is going out does the work
-// and hands the lead to the next one. It is safe for concurrent use.
+// No goroutine is started: a buyer whose call is going out does the work;
+// when its call returns it takes the next batch from the queue and hands it
+// to the first buyer in it, who sends it. It is safe for concurrent use.
 type batcher struct {
 	store       *Store
-	max         int           // reservations per script call; 1 turns batching off
+	maxSize     int           // reservations per script call; 1 turns batching off
+	parallel    int           // script calls of one sale in flight at once
 	maxInFlight int           // reservations in flight per sale beyond which buys are shed (0: no limit)
 	timeout     time.Duration // a reservation not sent within this is answered 503
 
@@ -35,8 +38,8 @@ type batcher struct {
 type lane struct {
 	mu      sync.Mutex
 	waiting []*call
-	busy    bool // a call for this sale is out; its leader will hand over
-	users   int  // reservations in flight for this sale on this gateway
+	out     int // calls of this sale in flight (their leaders will hand over)
+	users   int // reservations in flight for this sale on this gateway
 }
 
 // call is one buyer's reservation in a lane.
@@ -45,15 +48,17 @@ type call struct {
 	deadline time.Time
 	res      Result
 	err      error
-	// done receives true when this buyer must lead the next batch, false
-	// when res/err are set.
+	batch    []*call // set before done receives true: the batch to send
+	// done receives true when this buyer must send batch, false when
+	// res/err are set.
 	done chan bool
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan bool, 1)} }}
 
-func newBatcher(store *Store, max, maxInFlight int, timeout time.Duration) *batcher {
-	return &batcher{store: store, max: max, maxInFlight: maxInFlight, timeout: timeout, lanes: map[string]*lane{}}
+func newBatcher(store *Store, maxSize, parallel, maxInFlight int, timeout time.Duration) *batcher {
+	return &batcher{store: store, maxSize: maxSize, parallel: max(parallel, 1), maxInFlight: maxInFlight,
+		timeout: timeout, lanes: map[string]*lane{}}
 }
 
 // reserve reserves r on sale, batched with whatever else is in flight for
@@ -67,7 +72,7 @@ func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
 	if !ok {
 		return Result{}, ErrRateLimited
 	}
-	if b.max <= 1 {
+	if b.maxSize <= 1 {
 		var out [1]Result
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		err := b.store.Reserve(ctx, sale, []Reservation{r}, out[:])
@@ -81,14 +86,22 @@ func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
 	c.r, c.deadline = r, time.Now().Add(b.timeout)
 	l.mu.Lock()
 	l.waiting = append(l.waiting, c)
-	lead := !l.busy
-	l.busy = true
+	var batch []*call
+	var expired []*call
+	lead := l.out < b.parallel
+	if lead {
+		// Fewer calls out than allowed means the queue was empty: c is
+		// its head, and leaves now.
+		l.out++
+		batch, expired = b.take(l, time.Now())
+	}
 	l.mu.Unlock()
-	if !lead {
-		lead = <-c.done
+	answerExpired(expired)
+	if !lead && <-c.done {
+		batch, lead = c.batch, true
 	}
 	if lead {
-		b.lead(sale, l, c)
+		b.send(sale, l, batch)
 	}
 	res, err := c.res, c.err
 	*c = call{done: c.done}
@@ -96,62 +109,78 @@ func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
 	return res, err
 }
 
-// lead sends one batch from the head of the lane, hands the lead to the next
-// waiter if any, and delivers the results. me is the leader's own call, which
-// is in the batch.
-func (b *batcher) lead(sale string, l *lane, me *call) {
-	now := time.Now()
-	l.mu.Lock()
-	// Reservations that waited past their deadline were never sent: answer
-	// them 503 (nothing was promised) rather than send them late.
-	var expired []*call
+// take removes the next batch from the head of l's queue, and the
+// reservations that waited past their deadline. l.mu must be held.
+func (b *batcher) take(l *lane, now time.Time) (batch, expired []*call) {
 	n := 0
-	for n < len(l.waiting) && n < b.max {
-		if c := l.waiting[n]; c != me && now.After(c.deadline) {
+	for _, c := range l.waiting {
+		if n == b.maxSize {
+			break
+		}
+		if now.After(c.deadline) {
 			expired = append(expired, c)
-			l.waiting = append(l.waiting[:n], l.waiting[n+1:]...)
-			continue
+		} else {
+			batch = append(batch, c)
 		}
 		n++
 	}
-	batch := make([]*call, n)
-	copy(batch, l.waiting[:n])
 	rest := copy(l.waiting, l.waiting[n:])
 	clear(l.waiting[rest:])
 	l.waiting = l.waiting[:rest]
-	l.mu.Unlock()
+	return batch, expired
+}
+
+// answerExpired answers 503 to reservations that were never sent: nothing
+// was promised.
+func answerExpired(expired []*call) {
 	for _, c := range expired {
 		c.err = ErrUnavailable
 		c.done <- false
 	}
+}
 
-	rs := make([]Reservation, len(batch))
-	for i, c := range batch {
-		rs[i] = c.r
-	}
-	out := make([]Result, len(batch))
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	err := b.store.Reserve(ctx, sale, rs, out)
-	cancel()
-	b.calls.Add(1)
-	b.reservations.Add(uint64(len(rs)))
-	if b.sizes != nil {
-		b.sizes.Update(float64(len(rs)))
+// send makes one script call for batch, whose first reservation belongs to
+// the calling buyer, then hands the next batch (if any) to its first buyer
+// and delivers the results.
+func (b *batcher) send(sale string, l *lane, batch []*call) {
+	if len(batch) > 0 {
+		rs := make([]Reservation, len(batch))
+		for i, c := range batch {
+			rs[i] = c.r
+		}
+		out := make([]Result, len(batch))
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		err := b.store.Reserve(ctx, sale, rs, out)
+		cancel()
+		b.calls.Add(1)
+		b.reservations.Add(uint64(len(rs)))
+		if b.sizes != nil {
+			b.sizes.Update(float64(len(rs)))
+		}
+		for i, c := range batch {
+			c.res, c.err = out[i], err
+		}
 	}
 
 	// Hand over first, so the next batch goes out before we deliver.
 	l.mu.Lock()
-	if len(l.waiting) > 0 {
-		next := l.waiting[0]
-		l.mu.Unlock()
-		next.done <- true
-	} else {
-		l.busy = false
-		l.mu.Unlock()
+	var next, expired []*call
+	for len(next) == 0 && len(l.waiting) > 0 {
+		var exp []*call
+		next, exp = b.take(l, time.Now())
+		expired = append(expired, exp...)
 	}
+	if len(next) == 0 {
+		l.out--
+	}
+	l.mu.Unlock()
+	if len(next) > 0 {
+		next[0].batch = next
+		next[0].done <- true
+	}
+	answerExpired(expired)
 	for i, c := range batch {
-		c.res, c.err = out[i], err
-		if c != me {
+		if i > 0 {
 			c.done <- false
 		}
 	}

@@ -13,14 +13,16 @@ import (
 )
 
 // forEachMode runs a correctness test on each path of the buy handler:
-// batched with the closed-sale memory (the default), and one script call per
-// buy with no memory (batching off).
+// batched with the closed-sale memory (the default), batched with several
+// calls of a sale in flight at once, and one script call per buy with no
+// memory (batching off).
 func forEachMode(t *testing.T, f func(t *testing.T, mode gwOption)) {
 	modes := []struct {
 		name string
 		opt  gwOption
 	}{
 		{"batched", func(c *config.Config) { c.Batch.MaxSize = 64; c.Cache.ClosedTTL = 500 * time.Millisecond }},
+		{"batched-parallel", func(c *config.Config) { c.Batch.MaxSize = 16; c.Batch.Calls = 3; c.Cache.ClosedTTL = 0 }},
 		{"single", func(c *config.Config) { c.Batch.MaxSize = 1; c.Cache.ClosedTTL = 0 }},
 	}
 	for _, m := range modes {

@@ -86,7 +86,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		timeout: cfg.Redis.Timeout,
 	}
 	s.metrics = newGatewayMetrics(s)
-	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
+	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Batch.Calls, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
 	s.batch.sizes = s.metrics.batchSize
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
