@@ -85,8 +85,21 @@ func Declare(ch *amqp.Channel, c config.AMQP) error {
 		return fmt.Errorf("broker: declare exchange %s: %w", c.Exchange, err)
 	}
 	if _, err := ch.QueueDeclare(c.Queue, true, false, false, false, QueueArgs(c)); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+			return fmt.Errorf("broker: declare queue %s: %w: %w", c.Queue, ErrQueueArgs, err)
+		}
 		return fmt.Errorf("broker: declare queue %s: %w", c.Queue, err)
 	}
+	return bind(ch, c)
+}
+
+// ErrQueueArgs is wrapped by Declare's error when the orders queue exists
+// with other arguments (say, an older amqp.delivery_limit). RabbitMQ cannot
+// change them in place: Open then uses the queue as it is.
+var ErrQueueArgs = errors.New("the queue exists with other arguments")
+
+func bind(ch *amqp.Channel, c config.AMQP) error {
 	if err := ch.QueueBind(c.Queue, RoutingKey, c.Exchange, false, nil); err != nil {
 		return fmt.Errorf("broker: bind %s to %s: %w", c.Queue, c.Exchange, err)
 	}
@@ -132,6 +145,9 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 type Session struct {
 	Conn    *amqp.Connection
 	Channel *amqp.Channel
+	// Warning, when not empty, is something the operator should know about
+	// the topology found (a queue with other arguments than configured).
+	Warning string
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -153,9 +169,43 @@ func Open(ctx context.Context, c config.AMQP, name string) (*Session, error) {
 		return nil, fmt.Errorf("broker: open channel: %w", err)
 	}
 	if err := Declare(ch, c); err != nil {
-		_ = conn.CloseDeadline(time.Now().Add(closeWait))
+		if !errors.Is(err, ErrQueueArgs) {
+			_ = conn.CloseDeadline(time.Now().Add(closeWait))
+			return nil, err
+		}
+		// The refusal closed the channel. The queue is there, durable and
+		// dead-lettering (its arguments differ, not its purpose): use it,
+		// and say so — a policy or a new queue name applies new arguments.
+		if ch, err = useExisting(conn, c); err != nil {
+			_ = conn.CloseDeadline(time.Now().Add(closeWait))
+			return nil, err
+		}
+		s := newSession(conn, ch)
+		s.Warning = fmt.Sprintf("queue %s exists with other arguments than the settings ask for "+
+			"(amqp.delivery_limit %d); using it as it is. To change them, apply a RabbitMQ policy or use a new amqp.queue",
+			c.Queue, c.DeliveryLimit)
+		return s, nil
+	}
+	return newSession(conn, ch), nil
+}
+
+// useExisting opens a channel on which the orders queue is checked to exist
+// (passively) and bound.
+func useExisting(conn *amqp.Connection, c config.AMQP) (*amqp.Channel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("broker: open channel: %w", err)
+	}
+	if _, err := ch.QueueDeclarePassive(c.Queue, true, false, false, false, nil); err != nil {
+		return nil, fmt.Errorf("broker: queue %s: %w", c.Queue, err)
+	}
+	if err := bind(ch, c); err != nil {
 		return nil, err
 	}
+	return ch, nil
+}
+
+func newSession(conn *amqp.Connection, ch *amqp.Channel) *Session {
 	s := &Session{Conn: conn, Channel: ch, done: make(chan struct{})}
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -175,7 +225,7 @@ func Open(ctx context.Context, c config.AMQP, name string) (*Session, error) {
 		s.errMu.Unlock()
 		close(s.done)
 	}()
-	return s, nil
+	return s
 }
 
 // Done is closed when the channel or the connection has closed, for any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -130,16 +131,38 @@ func TestTopologyIsIdempotentAndDeadLetters(t *testing.T) {
 	}
 }
 
-func TestConflictingQueueFails(t *testing.T) {
+// A queue declared earlier with another delivery limit cannot be changed in
+// place: Declare says so, and Open uses the queue as it is, with a warning,
+// rather than refuse to start (an operator changing the setting must not
+// stop the pipeline).
+func TestConflictingQueueArgs(t *testing.T) {
 	c := testAMQP(t)
-	open(t, c)
+	first := open(t, c)
 	other := c
 	other.DeliveryLimit = 7
+	ch, err := first.Conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Declare(ch, other); !errors.Is(err, ErrQueueArgs) {
+		t.Fatalf("Declare with another delivery limit: %v, want ErrQueueArgs", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if s, err := Open(ctx, other, "broker test"); err == nil {
-		s.Close()
-		t.Fatal("declaring the queue with another delivery limit succeeded")
+	s, err := Open(ctx, other, "broker test")
+	if err != nil {
+		t.Fatalf("Open with another delivery limit: %v", err)
+	}
+	defer s.Close()
+	if s.Warning == "" {
+		t.Error("no warning about the queue's arguments")
+	}
+	// The session works: a message published to the exchange reaches the queue.
+	if err := s.Channel.PublishWithContext(ctx, c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("still works")}); err != nil {
+		t.Fatal(err)
+	}
+	if d := get(t, s.Channel, c.Queue); string(d.Body) != "still works" {
+		t.Fatalf("queue holds %q", d.Body)
 	}
 }
 

@@ -214,6 +214,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			broker.Sleep(ctx, d)
 			continue
 		}
+		if s.Warning != "" {
+			c.log.Warn(s.Warning)
+		}
 		if sessions++; sessions > 1 {
 			c.reconnects.Add(1)
 			c.log.Info("reconnected to RabbitMQ")

@@ -254,6 +254,9 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.pause(ctx, d)
 			continue
 		}
+		if s.Warning != "" {
+			r.log.Warn(s.Warning)
+		}
 		if sessions++; sessions > 1 {
 			r.reconnects.Add(1)
 			r.log.Info("reconnected to RabbitMQ")
