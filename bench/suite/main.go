@@ -28,6 +28,7 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/flashgate/flashgate/bench"
 )
@@ -282,7 +283,9 @@ func (s *suite) measureGateway(ctx context.Context, name string, env []string, o
 	public, admin := freeAddr(), freeAddr()
 	prefix := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
 	cmd := pinned("0", s.bin, "gateway")
-	cmd.Env = gatewayEnv(public, admin, prefix, append(env, "FLASHGATE_AMQP_EXCHANGE="+prefix, "FLASHGATE_AMQP_QUEUE="+prefix))
+	// The buy path alone: the relay finds no broker (nothing listens on
+	// port 1) and waits, instead of forwarding every order at the same time.
+	cmd.Env = gatewayEnv(public, admin, prefix, append(env, "FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"))
 	if err := s.start(cmd, "gateway-"+name); err != nil {
 		return nil, err
 	}
@@ -301,6 +304,99 @@ func (s *suite) measureGateway(ctx context.Context, name string, env []string, o
 		return nil, fmt.Errorf("%s: invariant check failed: %w", name, rep.Err())
 	}
 	return rep, nil
+}
+
+// drain measures the pipeline downstream of the 202: a gateway whose relay
+// cannot reach RabbitMQ sells orders, which wait in the outbox; then a
+// gateway with a working relay and the consumers start, and the time until
+// the last row is in MySQL gives orders per second.
+func (s *suite) drain(ctx context.Context, dsn string, consumers, orders int) (float64, error) {
+	prefix := fmt.Sprintf("pipe%d", time.Now().UnixNano()%1e9)
+	defer dropPrefix(prefix)
+	extra := []string{"FLASHGATE_MYSQL_DSN=" + dsn, "FLASHGATE_AMQP_EXCHANGE=" + prefix, "FLASHGATE_AMQP_QUEUE=" + prefix}
+	defer dropQueue(prefix)
+
+	public, admin := freeAddr(), freeAddr()
+	seller := exec.Command(s.bin, "gateway")
+	seller.Env = gatewayEnv(public, admin, prefix, append(extra, "FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"))
+	if err := s.start(seller, fmt.Sprintf("pipeline-seller-%d", consumers)); err != nil {
+		return 0, err
+	}
+	err := waitHTTP(ctx, "http://"+public+"/readyz")
+	var rep *bench.Report
+	if err == nil {
+		rep, err = bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
+			Sale: "pipe", Stock: int64(orders), Users: orders * 2, Conns: s.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute})
+	}
+	s.stop(seller)
+	if err != nil {
+		return 0, err
+	}
+	if rep.Err() != nil || rep.Figures.AcceptedOrders != int64(orders) {
+		return 0, fmt.Errorf("selling %d orders: %d accepted, %v", orders, rep.Figures.AcceptedOrders, rep.Err())
+	}
+
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	for i := 0; i < consumers; i++ {
+		c := exec.Command(s.bin, "consumer")
+		c.Env = gatewayEnv("127.0.0.1:0", "127.0.0.1:0", prefix, extra)
+		if err := s.start(c, fmt.Sprintf("pipeline-consumer-%d-%d", consumers, i)); err != nil {
+			return 0, err
+		}
+		defer s.stop(c)
+	}
+	public, admin = freeAddr(), freeAddr()
+	relay := exec.Command(s.bin, "gateway")
+	relay.Env = gatewayEnv(public, admin, prefix, extra)
+	start := time.Now()
+	if err := s.start(relay, fmt.Sprintf("pipeline-relay-%d", consumers)); err != nil {
+		return 0, err
+	}
+	defer s.stop(relay)
+	deadline := start.Add(3 * time.Minute)
+	for {
+		var rows, units int64
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = 'pipe'").Scan(&rows, &units); err != nil {
+			return 0, err
+		}
+		if rows == int64(orders) && units == int64(orders) {
+			took := time.Since(start)
+			if _, err := db.ExecContext(ctx, "DELETE FROM orders WHERE sale_id = 'pipe'"); err != nil {
+				return 0, err
+			}
+			if _, err := db.ExecContext(ctx, "DELETE FROM sale_ledger WHERE sale_id = 'pipe'"); err != nil {
+				return 0, err
+			}
+			return float64(orders) / took.Seconds(), nil
+		}
+		if rows > int64(orders) {
+			return 0, fmt.Errorf("%d rows for %d orders", rows, orders)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("only %d of %d orders in MySQL after 3 minutes", rows, orders)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dropQueue deletes a measurement's RabbitMQ queues and exchanges.
+func dropQueue(name string) {
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, n := range []string{name, name + ".dead"} {
+		if ch, err := conn.Channel(); err == nil {
+			ch.QueueDelete(n, false, false, false)
+			ch.ExchangeDelete(n, false, false)
+			ch.Close()
+		}
+	}
 }
 
 // dropPrefix deletes a measurement's Redis keys (millions of outbox entries
@@ -334,48 +430,13 @@ func (s *suite) measurePipeline(ctx context.Context, orders int) error {
 
 	rates := map[int]float64{}
 	for _, consumers := range []int{1, 2} {
-		public, admin := freeAddr(), freeAddr()
-		prefix := fmt.Sprintf("pipe%d", time.Now().UnixNano()%1e9)
-		env := gatewayEnv(public, admin, prefix, []string{"FLASHGATE_MYSQL_DSN=" + dsn,
-			"FLASHGATE_AMQP_EXCHANGE=" + prefix, "FLASHGATE_AMQP_QUEUE=" + prefix})
-		gw := exec.Command(s.bin, "gateway")
-		gw.Env = env
-		if err := s.start(gw, fmt.Sprintf("pipeline-gateway-%d", consumers)); err != nil {
-			return err
-		}
-		var cons []*exec.Cmd
-		for i := 0; i < consumers; i++ {
-			c := exec.Command(s.bin, "consumer")
-			c.Env = env
-			if err := s.start(c, fmt.Sprintf("pipeline-consumer-%d-%d", consumers, i)); err != nil {
-				return err
-			}
-			cons = append(cons, c)
-		}
-		err := waitHTTP(ctx, "http://"+public+"/readyz")
-		var rep *bench.Report
-		if err == nil {
-			rep, err = bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, MySQLDSN: dsn,
-				Stock: int64(orders), Users: orders * 4, Conns: s.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute,
-				DrainTimeout: 2 * time.Minute})
-		}
-		for _, c := range cons {
-			s.stop(c)
-		}
-		s.stop(gw)
-		dropPrefix(prefix)
+		rate, err := s.drain(ctx, dsn, consumers, orders)
 		if err != nil {
 			return err
 		}
-		if rep.Err() != nil {
-			return fmt.Errorf("pipeline with %d consumers: invariant check failed: %w", consumers, rep.Err())
-		}
-		if rep.MySQLAfter <= 0 {
-			return fmt.Errorf("pipeline with %d consumers: the orders did not all reach MySQL", consumers)
-		}
-		rates[consumers] = float64(orders) / rep.MySQLAfter.Seconds()
-		s.add(row{group: "pipeline, 202 → MySQL row", name: fmt.Sprintf("%d consumer(s): orders/s from first 202 to last row", consumers),
-			value: rates[consumers], unit: "orders/s"})
+		rates[consumers] = rate
+		s.add(row{group: "pipeline, 202 → MySQL row", name: fmt.Sprintf("%d consumer(s): orders/s from the outbox to MySQL rows", consumers),
+			value: rate, unit: "orders/s"})
 	}
 
 	pub, con, err := bench.BrokerRates(ctx, "amqp://guest:guest@127.0.0.1:5672/", orders, 1024)
