@@ -26,13 +26,7 @@ var atExit []func()
 
 func TestMain(m *testing.M) {
 	// These tests use MariaDB: wait while a fault test has it stopped.
-	unlock, err := localstack.Lock(false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	unlock()
+	code := localstack.Run(m, false)
 	for _, f := range atExit {
 		f()
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -17,16 +16,7 @@ import (
 	"github.com/flashgate/flashgate/config"
 )
 
-func TestMain(m *testing.M) {
-	unlock, err := localstack.Lock(false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "broker tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	unlock()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
 
 func testAMQP(t *testing.T) config.AMQP {
 	t.Helper()

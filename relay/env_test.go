@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -19,16 +18,7 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-func TestMain(m *testing.M) {
-	unlock, err := localstack.Lock(false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "relay tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	unlock()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
 
 func randHex(n int) string {
 	b := make([]byte, n)

@@ -13,16 +13,11 @@ import (
 // runConsumer is `flashgate consumer`: RabbitMQ → MySQL until SIGTERM, then
 // finish the deliveries in hand and exit 0.
 func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
-	cfg, err := parseConfig("consumer", args, nil)
-	if err != nil {
-		return err
-	}
-	log, err := newLogger(cfg)
+	cfg, log, err := startService("consumer", args)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush of stderr
-	logSettings(log, cfg)
 
 	db, err := consumer.OpenDB(cfg.MySQL, log.Named("mysql"))
 	if err != nil {

@@ -19,16 +19,11 @@ import (
 )
 
 func runGateway(ctx context.Context, args []string, _ io.Writer) error {
-	cfg, err := parseConfig("gateway", args, nil)
-	if err != nil {
-		return err
-	}
-	log, err := newLogger(cfg)
+	cfg, log, err := startService("gateway", args)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush of stderr
-	logSettings(log, cfg)
 
 	rdb := newRedis(cfg)
 	defer rdb.Close()

@@ -45,13 +45,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	unlock, err := localstack.Lock(true)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cmd/flashgate tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	unlock()
+	// These tests stop and restart RabbitMQ and MariaDB: no other
+	// package's tests may use them meanwhile.
+	code := localstack.Run(m, true)
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

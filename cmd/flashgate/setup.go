@@ -31,6 +31,22 @@ func parseConfig(name string, args []string, extra func(fs *flag.FlagSet)) (*con
 	return config.Load(*path, nil)
 }
 
+// startService is the first step of a long-running subcommand: settings,
+// then the logger (the caller defers its Sync), then the settings logged
+// with secrets masked.
+func startService(name string, args []string) (*config.Config, *zap.Logger, error) {
+	cfg, err := parseConfig(name, args, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	logSettings(log, cfg)
+	return cfg, log, nil
+}
+
 // newLogger builds the process's zap logger: JSON for production, console
 // for development, sampled so that a flood of identical lines is thinned.
 func newLogger(cfg *config.Config) (*zap.Logger, error) {

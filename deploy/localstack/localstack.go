@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -81,4 +82,17 @@ func Service(ctx context.Context, action, name string) (string, error) {
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(root, "deploy", "local", "service.sh"), action, name).CombinedOutput()
 	return string(out), err
+}
+
+// Run is the body of TestMain for a package whose tests use RabbitMQ or
+// MariaDB: it holds the fault lock (exclusive for the package that stops
+// and restarts them) while the tests run, and returns their exit code.
+func Run(m *testing.M, exclusive bool) int {
+	unlock, err := Lock(exclusive)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tests:", err)
+		return 1
+	}
+	defer unlock()
+	return m.Run()
 }
