@@ -29,8 +29,9 @@ import (
 //
 // It is safe for concurrent use.
 type closedSales struct {
-	ttl   time.Duration
-	epoch atomic.Uint64 // bumped by every announcement
+	ttl        time.Duration
+	epoch      atomic.Uint64 // bumped by every announcement
+	subscribed atomic.Bool   // the announcements' subscription is up
 
 	mu sync.RWMutex
 	m  map[string]closedEntry
@@ -115,9 +116,11 @@ func (c *closedSales) watch(ctx context.Context, rdb redis.UniversalClient, chan
 			c.forget(m.Payload)
 		case *redis.Subscription:
 			c.forget("")
+			c.subscribed.Store(true)
 		case *redis.Pong:
 		default:
 			if err != nil && !isTimeout(err) {
+				c.subscribed.Store(false)
 				c.forget("")
 				log.Debug("sale announcements: subscription lost; retrying", zap.Error(err))
 				select {

@@ -115,6 +115,14 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		dropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		rdb.Close()
 	})
+	// The announcements' subscription clears the closed-sale memory when it
+	// comes up; wait for it, so that no test sees that happen mid-way.
+	for deadline := time.Now().Add(10 * time.Second); !srv.closed.subscribed.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not subscribe to sale announcements")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return g
 }
 
