@@ -306,7 +306,7 @@ func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool)
 				v := e.Values
 				ids := []any{v["order_id"]}
 				if drift && n == 8 {
-					ids = append(ids, "invented")
+					ids = append(ids, "invented-"+sale) // unique: the scratch database outlives one test
 				}
 				for _, id := range ids {
 					if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity) VALUES (?, ?, ?, ?)`,
