@@ -383,17 +383,28 @@ func (s *suite) drain(ctx context.Context, dsn string, consumers, orders int) (f
 	}
 }
 
-// dropQueue deletes a measurement's RabbitMQ queues and exchanges.
+// dropQueue deletes a measurement's RabbitMQ queues and exchanges. Each
+// delete gets its own channel: a failed one closes its channel.
 func dropQueue(name string) {
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
+		fmt.Fprintln(os.Stderr, "drop queues:", err)
 		return
 	}
 	defer conn.Close()
 	for _, n := range []string{name, name + ".dead"} {
-		if ch, err := conn.Channel(); err == nil {
-			ch.QueueDelete(n, false, false, false)
-			ch.ExchangeDelete(n, false, false)
+		for _, del := range []func(*amqp.Channel) error{
+			func(ch *amqp.Channel) error { _, err := ch.QueueDelete(n, false, false, false); return err },
+			func(ch *amqp.Channel) error { return ch.ExchangeDelete(n, false, false) },
+		} {
+			ch, err := conn.Channel()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "drop queues:", err)
+				return
+			}
+			if err := del(ch); err != nil {
+				fmt.Fprintln(os.Stderr, "drop", n+":", err)
+			}
 			ch.Close()
 		}
 	}
