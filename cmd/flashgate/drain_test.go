@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -83,6 +85,19 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// While draining, answers carry Connection: close, so that keep-alive
+	// clients reconnect to a gateway that stays.
+	var closeSeen bool
+	for i := 0; i < 50 && !closeSeen; i++ {
+		res, err := c.Post("http://"+p.public+"/v1/sales/drain/orders", "application/json",
+			strings.NewReader(`{"user_id":"closer"}`))
+		if err != nil {
+			break // the listener has closed
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		closeSeen = res.Close
+	}
 	code := p.waitExit(t, 15*time.Second)
 	close(stop)
 	wg.Wait()
@@ -95,6 +110,9 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	if n := fiveXX.Load(); n > 0 {
 		t.Errorf("%d answers were 5xx, first: %s", n, first5xx)
+	}
+	if !closeSeen {
+		t.Errorf("no answer during the drain carried Connection: close")
 	}
 	if acceptedAfter.Load() == 0 {
 		t.Errorf("no buy sent after SIGTERM was served: the gateway stopped serving before the drain delay")
