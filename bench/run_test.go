@@ -3,9 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -22,17 +20,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/deploy/localstack"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/scripts"
 )
 
 const testToken = "bench-test-token-0123456789"
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 func redisAddr() string {
 	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
@@ -58,7 +51,7 @@ func startGateway(t *testing.T) *testGateway {
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = testToken
 	cfg.Redis.Addrs = []string{redisAddr()}
-	cfg.Redis.KeyPrefix = "tb" + randHex(6)
+	cfg.Redis.KeyPrefix = "tb" + localstack.RandomHex(6)
 	cfg.Shutdown.DrainDelay = 0
 	cfg.Shutdown.Timeout = 5 * time.Second
 	rdb := redis.NewClient(&redis.Options{
@@ -206,7 +199,7 @@ func TestRunOpenLoop(t *testing.T) {
 func TestRunRefusesAnExistingSale(t *testing.T) {
 	g := startGateway(t)
 	public, admin := g.public, g.admin
-	o := Options{URL: public, AdminURL: admin, Token: testToken, NoMySQL: true, Sale: "dup-" + randHex(4),
+	o := Options{URL: public, AdminURL: admin, Token: testToken, NoMySQL: true, Sale: "dup-" + localstack.RandomHex(4),
 		Stock: 1, Users: 3, MaxDuration: 2 * time.Second}
 	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -331,7 +324,7 @@ func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool)
 func TestRunWithMySQL(t *testing.T) {
 	db, dsn := testDatabase(t)
 	g := startGateway(t)
-	sale := "mysql-" + randHex(4)
+	sale := "mysql-" + localstack.RandomHex(4)
 	pipeline(t, g, db, sale, false)
 	rep, err := Run(context.Background(), Options{
 		URL: g.public, AdminURL: g.admin, Token: testToken, MySQLDSN: dsn, Sale: sale,
@@ -355,7 +348,7 @@ func TestRunWithMySQL(t *testing.T) {
 func TestRunCatchesMySQLDrift(t *testing.T) {
 	db, dsn := testDatabase(t)
 	g := startGateway(t)
-	sale := "drift-" + randHex(4)
+	sale := "drift-" + localstack.RandomHex(4)
 	pipeline(t, g, db, sale, true)
 	rep, err := Run(context.Background(), Options{
 		URL: g.public, AdminURL: g.admin, Token: testToken, MySQLDSN: dsn, Sale: sale,

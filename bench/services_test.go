@@ -65,7 +65,7 @@ func testDatabase(tb testing.TB) (*sql.DB, string) {
 			dbErr = err
 			return
 		}
-		name := "flashgate_test_bench_" + randHex(4)
+		name := "flashgate_test_bench_" + localstack.RandomHex(4)
 		c.DBName = ""
 		c.InterpolateParams = true // one round trip per statement, no prepare
 		c.Timeout = 5 * time.Second
@@ -170,7 +170,7 @@ func benchRedis(tb testing.TB) (*redis.Client, string) {
 			rdb.Close()
 			return
 		}
-		redisClient, redisPrefix = rdb, "bs"+randHex(6)
+		redisClient, redisPrefix = rdb, "bs"+localstack.RandomHex(6)
 		atExit = append(atExit, func() {
 			if err := deleteKeys(rdb, redisPrefix+":*"); err != nil {
 				fmt.Fprintf(os.Stderr, "delete keys %s:*: %v\n", redisPrefix, err)

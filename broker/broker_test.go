@@ -30,19 +30,7 @@ func testAMQP(t *testing.T) config.AMQP {
 	c.Queue = c.Exchange
 	c.DeliveryLimit = 2
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := Dial(ctx, c.URL, "broker test cleanup")
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(c.Queue, false, false, false)
-			_, _ = ch.QueueDelete(DeadLetter(c.Queue), false, false, false)
-			_ = ch.ExchangeDelete(c.Exchange, false, false)
-			_ = ch.ExchangeDelete(DeadLetter(c.Exchange), false, false)
-		}
+		localstack.DropTopology(t, c.URL, []string{c.Queue, DeadLetter(c.Queue)}, []string{c.Exchange, DeadLetter(c.Exchange)})
 	})
 	return c
 }

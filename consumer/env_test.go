@@ -2,9 +2,7 @@ package consumer
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/flashgate/flashgate/deploy/localstack"
 
-	"github.com/go-sql-driver/mysql"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -24,12 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // env is one test's private corner of the shared services: a Redis key
 // prefix, an exchange and queues, and a MySQL database of its own, all
@@ -44,46 +35,10 @@ type env struct {
 	ch     *amqp.Channel
 }
 
-// testDatabase creates flashgate_test_<random> with the project's user and
-// returns its DSN; the database is dropped when the test ends.
-func testDatabase(t *testing.T) string {
-	t.Helper()
-	base := config.Default().MySQL.DSN
-	if v := os.Getenv("FLASHGATE_MYSQL_DSN"); v != "" {
-		base = v
-	}
-	dc, err := mysql.ParseDSN(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "flashgate_test_" + randHex(6)
-	dc.DBName = ""
-	admin, err := sql.Open("mysql", dc.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		t.Fatalf("MariaDB at %s: cannot create a test database (run `make up`): %v", dc.Addr, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-			t.Logf("drop %s: %v", name, err)
-		}
-		admin.Close()
-	})
-	dc.DBName = name
-	return dc.FormatDSN()
-}
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	cfg := config.Default()
-	id := randHex(5)
+	id := localstack.RandomHex(5)
 	cfg.Redis.KeyPrefix = "t" + id
 	cfg.AMQP.Exchange = "test.orders." + id
 	cfg.AMQP.Queue = "test.orders." + id
@@ -92,7 +47,7 @@ func newEnv(t *testing.T) *env {
 	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
 		cfg.AMQP.URL = u
 	}
-	cfg.MySQL.DSN = testDatabase(t)
+	cfg.MySQL.DSN = localstack.Database(t)
 	db, err := OpenDB(cfg.MySQL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -119,31 +74,10 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, cfg: cfg, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c, err := broker.Dial(ctx, cfg.AMQP.URL, "consumer test cleanup"); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(cfg.AMQP.Queue, false, false, false)
-				_, _ = ch.QueueDelete(broker.DeadLetter(cfg.AMQP.Queue), false, false, false)
-				_ = ch.ExchangeDelete(cfg.AMQP.Exchange, false, false)
-				_ = ch.ExchangeDelete(broker.DeadLetter(cfg.AMQP.Exchange), false, false)
-			}
-			_ = c.Close()
-		}
+		localstack.DropTopology(t, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
+			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
 		_ = s.Close()
-		var cursor uint64
-		for {
-			keys, next, err := rdb.Scan(ctx, cursor, cfg.Redis.KeyPrefix+":*", 1000).Result()
-			if err != nil {
-				break
-			}
-			if len(keys) > 0 {
-				rdb.Del(ctx, keys...)
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
-		}
+		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 		_ = db.Close()
 	})
@@ -178,7 +112,7 @@ func orders(sale string, n int) []order.Order {
 	out := make([]order.Order, n)
 	for i := range out {
 		out[i] = order.Order{
-			OrderID: sale + "-" + randHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
+			OrderID: sale + "-" + localstack.RandomHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
 			Quantity: 1 + i%3, ReservedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
 		}
 	}

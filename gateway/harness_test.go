@@ -3,8 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/deploy/localstack"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -46,12 +46,6 @@ func redisAddr() string {
 	return "127.0.0.1:6379"
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // startGateway starts a gateway and stops it, and deletes its keys, when the
 // test ends. It fails the test when Redis cannot be reached.
 func startGateway(t testing.TB, opts ...gwOption) *testGateway {
@@ -66,7 +60,7 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = testToken
 	cfg.Redis.Addrs = strings.Split(redisAddr(), ",")
-	cfg.Redis.KeyPrefix = "t" + randHex(6)
+	cfg.Redis.KeyPrefix = "t" + localstack.RandomHex(6)
 	cfg.Shutdown.DrainDelay = 0
 	// fasthttp (like net/http) counts a connection that has not sent its
 	// first request as idle only after 5 s; shutdown waits that long for it.
@@ -112,7 +106,7 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 			t.Errorf("gateway did not stop")
 		}
 		g.client.CloseIdleConnections()
-		dropKeys(t, rdb, cfg.Redis.KeyPrefix)
+		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		rdb.Close()
 	})
 	// The announcements' subscription clears the closed-sale memory when it
@@ -124,21 +118,6 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		time.Sleep(time.Millisecond)
 	}
 	return g
-}
-
-func dropKeys(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if len(keys) > 0 {
-		if err := rdb.Del(ctx, keys...).Err(); err != nil {
-			t.Logf("drop keys: %v", err)
-		}
-	}
 }
 
 // response is an HTTP answer with its body decoded.

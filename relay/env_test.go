@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
 	"time"
@@ -20,12 +18,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // env is one test's private corner of the shared services: its own Redis
 // key prefix and its own exchange and queues, all removed when it ends.
 type env struct {
@@ -39,7 +31,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	cfg := config.Default()
-	id := randHex(5)
+	id := localstack.RandomHex(5)
 	cfg.Redis.KeyPrefix = "t" + id
 	cfg.AMQP.Exchange = "test.orders." + id
 	cfg.AMQP.Queue = "test.orders." + id
@@ -61,32 +53,10 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, cfg: cfg, rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		// A fault test may have closed this session: use a new one.
-		if c, err := broker.Dial(ctx, cfg.AMQP.URL, "relay test cleanup"); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(cfg.AMQP.Queue, false, false, false)
-				_, _ = ch.QueueDelete(broker.DeadLetter(cfg.AMQP.Queue), false, false, false)
-				_ = ch.ExchangeDelete(cfg.AMQP.Exchange, false, false)
-				_ = ch.ExchangeDelete(broker.DeadLetter(cfg.AMQP.Exchange), false, false)
-			}
-			_ = c.Close()
-		}
+		localstack.DropTopology(t, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
+			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
 		_ = s.Close()
-		var cursor uint64
-		for {
-			keys, next, err := rdb.Scan(ctx, cursor, cfg.Redis.KeyPrefix+":*", 1000).Result()
-			if err != nil {
-				break
-			}
-			if len(keys) > 0 {
-				rdb.Del(ctx, keys...)
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
-		}
+		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 	})
 	return e

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/deploy/localstack"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -30,7 +32,7 @@ func (e *env) addOrders(sale string, n int) []string {
 	ids := make([]string, n)
 	pipe := e.rdb.Pipeline()
 	for i := range ids {
-		ids[i] = sale + "-o" + strconv.Itoa(i) + "-" + randHex(3)
+		ids[i] = sale + "-o" + strconv.Itoa(i) + "-" + localstack.RandomHex(3)
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox(sale), Values: []any{
 			"order_id", ids[i], "sale_id", sale, "user_id", "u" + strconv.Itoa(i),
 			"quantity", strconv.Itoa(1 + i%3), "reserved_at", strconv.FormatInt(time.Now().UnixMilli(), 10),
@@ -78,7 +80,7 @@ func (e *env) received(want []string, timeout time.Duration) map[string]int {
 
 func consumeUntil(t *testing.T, ch *amqp.Channel, queue string, want []string, timeout time.Duration) map[string]int {
 	t.Helper()
-	tag := "test-" + randHex(4)
+	tag := "test-" + localstack.RandomHex(4)
 	deliveries, err := ch.Consume(queue, tag, true, false, false, false, nil)
 	if err != nil {
 		t.Fatalf("consume %s: %v", queue, err)
@@ -343,7 +345,7 @@ func rabbitmqctl(t *testing.T, args ...string) string {
 // stay in the outbox and are published again once the queue has room.
 func TestNackedEntriesStayPending(t *testing.T) {
 	e := newEnv(t)
-	policy := "test-maxlen-" + randHex(4)
+	policy := "test-maxlen-" + localstack.RandomHex(4)
 	rabbitmqctl(t, "set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(e.cfg.AMQP.Queue)+"$", `{"max-length":5}`)
 	t.Cleanup(func() { rabbitmqctl(t, "clear_policy", policy) })
 	// Policies apply asynchronously.
@@ -390,7 +392,7 @@ func publishFiller(e *env) (bool, error) {
 	if err := ch.Confirm(false); err != nil {
 		return false, err
 	}
-	o := order.Order{OrderID: "filler-" + randHex(4), SaleID: "filler", UserID: "filler", Quantity: 1, ReservedAt: time.Now()}
+	o := order.Order{OrderID: "filler-" + localstack.RandomHex(4), SaleID: "filler", UserID: "filler", Quantity: 1, ReservedAt: time.Now()}
 	body, err := o.Marshal()
 	if err != nil {
 		return false, err

@@ -119,3 +119,27 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	}
 	t.Logf("%d accepted, %d of them sent after SIGTERM", accepted.Load(), acceptedAfter.Load())
 }
+
+// SIGHUP reloads the scripts, as POST /admin/v1/scripts/reload does.
+func TestSIGHUPReloadsScripts(t *testing.T) {
+	bin := buildFlashgate(t, t.TempDir())
+	p := startGatewayProc(t, bin)
+	reloads := func() float64 {
+		return scrapeURL(t, "http://"+p.admin+"/metrics")["flashgate_script_reloads_total"]
+	}
+	before := reloads()
+	if before < 1 {
+		t.Fatalf("scripts were never loaded: %v reloads", before)
+	}
+	p.signal(t, syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for reloads() != before+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload after SIGHUP: %v reloads, was %v\n%s", reloads(), before, p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, body, err := httpDo(&http.Client{Timeout: 5 * time.Second}, "GET", "http://"+p.public+"/readyz", ""); err != nil || code != 200 {
+		t.Errorf("readyz after SIGHUP: %d %s %v", code, body, err)
+	}
+}

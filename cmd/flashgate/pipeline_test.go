@@ -31,7 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -135,13 +134,13 @@ type stack struct {
 
 func newStack(t *testing.T, extraEnv ...string) *stack {
 	t.Helper()
-	id := randomHex(5)
+	id := localstack.RandomHex(5)
 	s := &stack{t: t, id: id, bin: pipelineBinary(t)}
 	cfg := config.Default()
 	cfg.Redis.KeyPrefix = "t" + id
 	cfg.AMQP.Exchange = "test.pipeline." + id
 	cfg.AMQP.Queue = "test.pipeline." + id
-	cfg.MySQL.DSN = testDatabase(t)
+	cfg.MySQL.DSN = localstack.Database(t)
 	cfg.Relay.ClaimAfter = time.Second
 	cfg.Relay.Poll = 20 * time.Millisecond
 	cfg.Shutdown.Timeout = 10 * time.Second
@@ -177,17 +176,7 @@ func newStack(t *testing.T, extraEnv ...string) *stack {
 		dropRedisKeys(t, cfg.Redis.KeyPrefix)
 		_ = s.rdb.Close()
 		_ = s.db.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c, err := broker.Dial(ctx, cfg.AMQP.URL, "pipeline test cleanup"); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				_, _ = ch.QueueDelete(cfg.AMQP.Queue, false, false, false)
-				_, _ = ch.QueueDelete(broker.DeadLetter(cfg.AMQP.Queue), false, false, false)
-				_ = ch.ExchangeDelete(cfg.AMQP.Exchange, false, false)
-				_ = ch.ExchangeDelete(broker.DeadLetter(cfg.AMQP.Exchange), false, false)
-			}
-			_ = c.Close()
-		}
+		dropTopology(t, cfg.AMQP)
 	})
 	t.Cleanup(s.stopAll)
 
@@ -196,38 +185,6 @@ func newStack(t *testing.T, extraEnv ...string) *stack {
 		t.Fatalf("flashgate migrate: exit %d\n%s", code, out)
 	}
 	return s
-}
-
-// testDatabase creates flashgate_test_<random> with the project's user and
-// returns its DSN; the database is dropped when the test ends.
-func testDatabase(t *testing.T) string {
-	t.Helper()
-	dc, err := mysql.ParseDSN(config.Default().MySQL.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "flashgate_test_" + randomHex(6)
-	dc.DBName = ""
-	admin, err := sql.Open("mysql", dc.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		t.Fatalf("MariaDB at %s: cannot create a test database (run `make up`): %v", dc.Addr, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-			t.Logf("drop %s: %v", name, err)
-		}
-		admin.Close()
-	})
-	dc.DBName = name
-	return dc.FormatDSN()
 }
 
 // proc is one flashgate process of a stack.
@@ -849,7 +806,7 @@ func (s *stack) addOutbox(sale string, n int) []string {
 	ids := make([]string, n)
 	pipe := s.rdb.Pipeline()
 	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%s", sale, randomHex(6))
+		ids[i] = fmt.Sprintf("%s-%s", sale, localstack.RandomHex(6))
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.keys.Outbox(sale), Values: []any{
 			"order_id", ids[i], "sale_id", sale, "user_id", "u" + strconv.Itoa(i), "quantity", "1",
 			"reserved_at", strconv.FormatInt(time.Now().UnixMilli(), 10)}})

@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"os/exec"
@@ -14,7 +11,10 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/deploy/localstack"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -58,56 +58,22 @@ func freeAddr(t *testing.T) string {
 
 // dropRedisKeys deletes every key under prefix from the local Redis.
 func dropRedisKeys(t *testing.T, prefix string) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr})
 	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if len(keys) > 0 {
-		if err := rdb.Del(ctx, keys...).Err(); err != nil {
-			t.Logf("drop keys of %s: %v", prefix, err)
-		}
-	}
+	localstack.DropKeys(t, rdb, prefix)
 }
 
-// dropTopology deletes the exchanges and queues a test gateway's relay
-// declared under name.
-func dropTopology(t *testing.T, name string) {
-	conn, err := amqp.DialConfig("amqp://guest:guest@127.0.0.1:5672/", amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		t.Logf("drop topology %s: %v", name, err)
-		return
-	}
-	defer conn.Close()
-	for _, q := range []string{name, name + ".dead"} {
-		if ch, err := conn.Channel(); err == nil {
-			ch.QueueDelete(q, false, false, false)
-			ch.Close()
-		}
-	}
-	for _, x := range []string{name, name + ".dead"} {
-		if ch, err := conn.Channel(); err == nil {
-			ch.ExchangeDelete(x, false, false)
-			ch.Close()
-		}
-	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+// dropTopology deletes the queues and exchanges declared for c.
+func dropTopology(t *testing.T, c config.AMQP) {
+	localstack.DropTopology(t, c.URL, []string{c.Queue, broker.DeadLetter(c.Queue)},
+		[]string{c.Exchange, broker.DeadLetter(c.Exchange)})
 }
 
 // startGatewayProc starts the binary and waits until /readyz answers 200.
 // The process is killed when the test ends, if it still runs.
 func startGatewayProc(t *testing.T, bin string, env ...string) *gatewayProc {
 	t.Helper()
-	p := &gatewayProc{public: freeAddr(t), admin: freeAddr(t), prefix: "p" + randomHex(6),
+	p := &gatewayProc{public: freeAddr(t), admin: freeAddr(t), prefix: "p" + localstack.RandomHex(6),
 		stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, "gateway")
 	// Its own exchange and queue: its relay must not feed the orders of a
@@ -132,7 +98,7 @@ func startGatewayProc(t *testing.T, bin string, env ...string) *gatewayProc {
 			<-p.exited
 		}
 		dropRedisKeys(t, p.prefix)
-		dropTopology(t, p.prefix)
+		dropTopology(t, config.AMQP{URL: localstack.AMQPURL, Exchange: p.prefix, Queue: p.prefix})
 	})
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(20 * time.Second)
