@@ -20,8 +20,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/deploy/localstack"
 	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/deploy/localstack"
+	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"

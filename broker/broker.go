@@ -1,6 +1,6 @@
 // Package broker is flashgate's RabbitMQ connection: dialling, the topology
-// both the relay and the consumer declare, and the backoff they reconnect
-// with.
+// both the relay and the consumer declare, and the one reconnect loop (Loop)
+// they both run their sessions in.
 //
 // The topology, declared idempotently by every process that connects:
 //
@@ -15,8 +15,8 @@
 // vanish between the two queues.
 //
 // There is no automatic recovery inside a Session: when its channel or
-// connection closes, Done says so and the owner opens a new Session after a
-// Backoff delay. The relay and the consumer each need to know exactly which
+// connection closes, Done says so and Loop opens a new Session after a
+// backoff delay. The relay and the consumer each need to know exactly which
 // publishes and deliveries a closed channel took with it, which library-level
 // recovery would hide.
 package broker
@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -150,6 +151,7 @@ type Session struct {
 	Warning string
 
 	done      chan struct{}
+	served    atomic.Bool
 	closeOnce sync.Once
 	errMu     sync.Mutex
 	err       error
@@ -227,6 +229,11 @@ func newSession(conn *amqp.Connection, ch *amqp.Channel) *Session {
 	}()
 	return s
 }
+
+// Served records that the session did useful work (a confirm, a committed
+// batch), so that Loop starts its backoff over once the session ends. It is
+// safe for concurrent use.
+func (s *Session) Served() { s.served.Store(true) }
 
 // Done is closed when the channel or the connection has closed, for any
 // reason, Close included.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/deploy/localstack"
+	"github.com/flashgate/flashgate/internal/localstack"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -171,36 +171,5 @@ func TestOpenFailsFast(t *testing.T) {
 	defer cancel()
 	if _, err := Open(ctx, c, "broker test"); err == nil {
 		t.Fatal("Open succeeded")
-	}
-}
-
-func TestBackoff(t *testing.T) {
-	b := Backoff{Min: 10 * time.Millisecond, Max: 80 * time.Millisecond}
-	want := []time.Duration{10, 20, 40, 80, 80, 80}
-	for i, w := range want {
-		w *= time.Millisecond
-		d := b.Next()
-		if d < w/2 || d > w {
-			t.Fatalf("attempt %d: %v, want within [%v, %v]", i, d, w/2, w)
-		}
-	}
-	b.Reset()
-	if d := b.Next(); d > 10*time.Millisecond {
-		t.Fatalf("after Reset: %v", d)
-	}
-	var zero Backoff
-	if d := zero.Next(); d <= 0 || d > 100*time.Millisecond {
-		t.Fatalf("zero value: %v", d)
-	}
-}
-
-func TestSleep(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if Sleep(ctx, time.Hour) {
-		t.Fatal("Sleep on a cancelled ctx reported the full delay")
-	}
-	if !Sleep(context.Background(), time.Millisecond) {
-		t.Fatal("Sleep did not report the full delay")
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -201,7 +202,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
-	bo := broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	sessions := 0
 	for ctx.Err() == nil {
 		s, err := broker.Open(ctx, c.amqp, "flashgate consumer "+c.name)
@@ -211,7 +212,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			d := bo.Next()
 			c.log.Warn("cannot connect to RabbitMQ", zap.Error(err), zap.Duration("retry_in", d))
-			broker.Sleep(ctx, d)
+			retry.Sleep(ctx, d)
 			continue
 		}
 		if s.Warning != "" {
@@ -230,14 +231,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		d := bo.Next()
 		c.log.Warn("RabbitMQ session ended; unacknowledged deliveries go back to the queue", zap.Error(err), zap.Duration("retry_in", d))
-		broker.Sleep(ctx, d)
+		retry.Sleep(ctx, d)
 	}
 	return nil
 }
 
 // migrate runs Migrate until it succeeds: MySQL may not be up yet.
 func (c *Consumer) migrate(ctx context.Context) error {
-	bo := broker.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
+	bo := retry.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		mctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		err := Migrate(mctx, c.db)
@@ -250,14 +251,14 @@ func (c *Consumer) migrate(ctx context.Context) error {
 		}
 		d := bo.Next()
 		c.log.Warn("cannot migrate the schema yet; retrying", zap.Error(err), zap.Duration("retry_in", d))
-		if !broker.Sleep(ctx, d) {
+		if !retry.Sleep(ctx, d) {
 			return nil
 		}
 	}
 }
 
 // session consumes on one RabbitMQ session until it breaks or ctx ends.
-func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark, bo *broker.Backoff) error {
+func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark, bo *retry.Backoff) error {
 	ch := s.Channel
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("consumer: qos: %w", err)
@@ -481,7 +482,7 @@ func (c *Consumer) write(hard context.Context, s *broker.Session, orders []order
 // shutdown deadline passes (both errGaveUp). Other failures — a lost
 // connection, a server restart, a deadlock — are retried with backoff.
 func (c *Consumer) writeRetry(hard context.Context, s *broker.Session, orders []order.Order) error {
-	bo := broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		start := time.Now()
 		w, err := WriteOrders(hard, c.db, orders)
@@ -538,7 +539,7 @@ func (c *Consumer) marker(ctx context.Context, marks <-chan mark) {
 			c.markErrors.Add(uint64(len(m.ids)))
 			continue
 		}
-		bo := broker.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+		bo := retry.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
 		for try := 1; ; try++ {
 			err := c.mark(ctx, m)
 			if err == nil {
@@ -551,7 +552,7 @@ func (c *Consumer) marker(ctx context.Context, marks <-chan mark) {
 					zap.String("sale", m.sale), zap.Int("orders", len(m.ids)), zap.Error(err))
 				break
 			}
-			broker.Sleep(ctx, bo.Next())
+			retry.Sleep(ctx, bo.Next())
 		}
 	}
 }

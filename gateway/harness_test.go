@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/deploy/localstack"
+	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"

@@ -35,6 +35,7 @@ import (
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -142,9 +143,9 @@ type state struct {
 	nextClaim time.Time
 	nextSales time.Time
 	nextAck   time.Time
-	readBO    broker.Backoff
-	ackBO     broker.Backoff
-	retryBO   broker.Backoff
+	readBO    retry.Backoff
+	ackBO     retry.Backoff
+	retryBO   retry.Backoff
 }
 
 // New validates the settings and returns a relay. It connects to nothing
@@ -187,9 +188,9 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 		claimFrom: map[string]string{},
 		tracked:   map[string]struct{}{},
 		acks:      map[string][]string{},
-		readBO:    broker.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
-		ackBO:     broker.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
-		retryBO:   broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		readBO:    retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
+		ackBO:     retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
+		retryBO:   retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 	}
 	return r, nil
 }
@@ -240,7 +241,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
 	}
-	bo := broker.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	sessions := 0
 	for ctx.Err() == nil {
 		s, err := broker.Open(ctx, r.amqp, "flashgate relay "+r.name)
@@ -297,7 +298,7 @@ func (r *Relay) pause(ctx context.Context, d time.Duration) {
 		if left <= 0 {
 			return
 		}
-		if !broker.Sleep(ctx, min(left, max(time.Until(r.st.nextSales), time.Millisecond))) {
+		if !retry.Sleep(ctx, min(left, max(time.Until(r.st.nextSales), time.Millisecond))) {
 			return
 		}
 	}
@@ -316,7 +317,7 @@ type publisher struct {
 }
 
 // session relays on one RabbitMQ session until it breaks or ctx ends.
-func (r *Relay) session(ctx context.Context, s *broker.Session, bo *broker.Backoff) (err error) {
+func (r *Relay) session(ctx context.Context, s *broker.Session, bo *retry.Backoff) (err error) {
 	ch := s.Channel
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("relay: confirm mode: %w", err)
@@ -415,7 +416,7 @@ func (r *Relay) session(ctx context.Context, s *broker.Session, bo *broker.Backo
 
 // wait blocks until a confirm arrives, the session ends, ctx ends or the
 // next timed job is due.
-func (r *Relay) wait(ctx context.Context, p *publisher, bo *broker.Backoff) error {
+func (r *Relay) wait(ctx context.Context, p *publisher, bo *retry.Backoff) error {
 	st := &r.st
 	next := minTime(st.nextSales, st.nextClaim)
 	if len(st.tracked) < r.cfg.MaxInFlight {
@@ -449,7 +450,7 @@ func (r *Relay) wait(ctx context.Context, p *publisher, bo *broker.Backoff) erro
 
 // drainSession waits for the confirms of what is in flight, bounded by
 // r.drain, then acknowledges the confirmed entries in Redis.
-func (r *Relay) drainSession(ctx context.Context, p *publisher, bo *broker.Backoff) error {
+func (r *Relay) drainSession(ctx context.Context, p *publisher, bo *retry.Backoff) error {
 	deadline := time.NewTimer(r.drain)
 	defer deadline.Stop()
 	var err error
@@ -491,7 +492,7 @@ func (r *Relay) sessionErr(p *publisher) error {
 }
 
 // takeConfirms handles every confirm already received, without blocking.
-func (r *Relay) takeConfirms(p *publisher, bo *broker.Backoff) error {
+func (r *Relay) takeConfirms(p *publisher, bo *retry.Backoff) error {
 	for {
 		select {
 		case c, ok := <-p.confirms:
@@ -511,7 +512,7 @@ func (r *Relay) takeConfirms(p *publisher, bo *broker.Backoff) error {
 // basic.return of an unroutable mandatory message before its basic.ack, and
 // the library hands them over in that order, so every return of this
 // publish is already in p.returns.
-func (r *Relay) onConfirm(p *publisher, c amqp.Confirmation, bo *broker.Backoff) error {
+func (r *Relay) onConfirm(p *publisher, c amqp.Confirmation, bo *retry.Backoff) error {
 returns:
 	for {
 		select {

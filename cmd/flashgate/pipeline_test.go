@@ -37,7 +37,7 @@ import (
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/consumer"
-	"github.com/flashgate/flashgate/deploy/localstack"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/relay"
 	"github.com/flashgate/flashgate/scripts"

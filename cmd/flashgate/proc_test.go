@@ -13,7 +13,7 @@ import (
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/deploy/localstack"
+	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/redis/go-redis/v9"
 )
