@@ -36,7 +36,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload,
 		Metrics: func(w io.Writer) {
-			writeRelayMetrics(w, rl.Stats())
+			rl.WriteMetrics(w)
 			metrics.WriteProcessMetrics(w)
 		}})
 	if err != nil {
