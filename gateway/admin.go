@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -84,8 +85,8 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 	if !s.method(ctx, want) {
 		return
 	}
-	if !validID(saleB) {
-		write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
+	if !order.ValidID(saleB) {
+		write(ctx, badRequest(badSale))
 		return
 	}
 	sale := string(saleB)

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/retry"
 )
 
 // closedSales remembers, for a short while, the sales that Redis said are
@@ -70,8 +73,8 @@ func (c *closedSales) remember(sale string, err error, epoch uint64, now time.Ti
 	if c.ttl <= 0 {
 		return
 	}
-	switch err {
-	case ErrSoldOut, ErrLocked, ErrEnded, ErrNotFound:
+	switch {
+	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLocked), errors.Is(err, ErrEnded), errors.Is(err, ErrNotFound):
 	default:
 		return
 	}
@@ -99,13 +102,16 @@ func (c *closedSales) forget(sale string) {
 
 // watch listens to the announcements until ctx is done. Whenever the
 // subscription is (re)established or fails, everything is forgotten, since
-// announcements may have been missed meanwhile.
+// announcements may have been missed meanwhile. A failed subscription is
+// retried after a backoff, reset once it is up again; the pause is kept
+// short because the memory is off (announcements unheard) meanwhile.
 func (c *closedSales) watch(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger) {
 	ps := rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	// A blocked read does not see ctx; closing the subscription ends it.
 	stop := context.AfterFunc(ctx, func() { ps.Close() })
 	defer stop()
+	backoff := retry.Backoff{Min: 200 * time.Millisecond, Max: time.Second}
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
 		if ctx.Err() != nil {
@@ -117,16 +123,16 @@ func (c *closedSales) watch(ctx context.Context, rdb redis.UniversalClient, chan
 		case *redis.Subscription:
 			c.forget("")
 			c.subscribed.Store(true)
+			backoff.Reset()
 		case *redis.Pong:
 		default:
 			if err != nil && !isTimeout(err) {
 				c.subscribed.Store(false)
 				c.forget("")
-				log.Debug("sale announcements: subscription lost; retrying", zap.Error(err))
-				select {
-				case <-ctx.Done():
+				d := backoff.Next()
+				log.Debug("sale announcements: subscription lost; retrying", zap.Error(err), zap.Duration("in", d))
+				if !retry.Sleep(ctx, d) {
 					return
-				case <-time.After(200 * time.Millisecond):
 				}
 			}
 		}
@@ -134,6 +140,6 @@ func (c *closedSales) watch(ctx context.Context, rdb redis.UniversalClient, chan
 }
 
 func isTimeout(err error) bool {
-	t, ok := err.(interface{ Timeout() bool })
-	return ok && t.Timeout()
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }

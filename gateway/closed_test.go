@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 
 // Once sold out, the crowd is answered from memory; a restock or an unlock
 // reopens the sale at once, through the announcement, long before the TTL.
+// Invariant 1 holds with the memory in front of Redis; invariant 4: a
+// request with an Idempotency-Key still gets Redis's replay.
 func TestClosedSaleShortCircuit(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Cache.ClosedTTL = time.Minute })
 	g.mustSale("so", `{"stock":2,"per_user_limit":1}`)
@@ -59,7 +62,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	if r := g.buy("so", "c1", 1, ""); r.code != 423 {
 		t.Fatalf("locked: %d %s", r.code, r.raw)
 	}
-	if g.srv.closed.get([]byte("so"), time.Now()) != ErrLocked {
+	if err := g.srv.closed.get([]byte("so"), time.Now()); !errors.Is(err, ErrLocked) {
 		t.Fatalf("locked sale not remembered")
 	}
 	g.adminPost("so", "unlock", "")
@@ -85,7 +88,7 @@ func TestClosedSaleTTLSafetyNet(t *testing.T) {
 	waitFor(t, "the TTL to reopen the sale", func() bool { return g.buy("ttl", "b", 1, "").code == 202 })
 }
 
-// Concurrent buyers of one sale share script calls.
+// Concurrent buyers of one sale share script calls; invariant 1 holds.
 func TestBatchingCoalesces(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Batch.MaxSize = 64 })
 	g.mustSale("co", `{"stock":100000,"per_user_limit":10}`)
@@ -101,6 +104,8 @@ func TestBatchingCoalesces(t *testing.T) {
 	t.Logf("3000 buys in %d script calls", calls)
 }
 
+// Admission control sheds buys with 429; invariant 1: what it let through
+// is exactly what was sold.
 func TestAdmissionControl(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Admission.Rate = 5; c.Admission.Burst = 5 })
 	g.mustSale("adm", `{"stock":1000,"per_user_limit":1000}`)

@@ -7,24 +7,6 @@ import (
 	"sync/atomic"
 )
 
-// validID reports whether s is a valid sale or user id: 1–64 characters of
-// A-Z a-z 0-9 _ . : @ -, starting with a letter or digit.
-func validID(s []byte) bool {
-	if len(s) == 0 || len(s) > 64 || !alnum(s[0]) {
-		return false
-	}
-	for _, c := range s[1:] {
-		if !alnum(c) && c != '_' && c != '.' && c != ':' && c != '@' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func alnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
-
 // validIdemKey reports whether k is a valid Idempotency-Key: 1–128 printable
 // ASCII characters.
 func validIdemKey(k []byte) bool {

@@ -3,10 +3,13 @@ package gateway
 import (
 	"errors"
 	"fmt"
+
+	"github.com/flashgate/flashgate/scripts"
 )
 
-// Business outcomes of a buy or an admin call. Store returns them unwrapped,
-// so the hot path can compare them with ==; everything else uses errors.Is.
+// Business outcomes of a buy or an admin call. Store returns them unwrapped
+// (errors.Is stays as cheap as ==), except ErrUnavailable, which wraps the
+// cause.
 var (
 	ErrNotFound            = errors.New("no such sale")
 	ErrNotStarted          = errors.New("sale not started")
@@ -21,42 +24,43 @@ var (
 	ErrStockRequired       = errors.New("stock is required to create a sale")
 	// ErrRateLimited is admission control shedding a buy before Redis.
 	ErrRateLimited = errors.New("rate limited")
-	// ErrUnavailable wraps every failure to reach Redis in time.
+	// ErrUnavailable wraps every failure to reach Redis in time, and every
+	// reply the gateway cannot read: either way it promised nothing.
 	ErrUnavailable = errors.New("redis unavailable")
 )
 
-// outcome maps a code of the Lua scripts to its sentinel; 0 is success.
+// outcome maps a code of the Lua scripts to its sentinel; CodeOK is nil.
 // This is the only place the scripts' codes are interpreted.
-func outcome(code int64) error {
+func outcome(code scripts.Code) error {
 	switch code {
-	case 0:
+	case scripts.CodeOK:
 		return nil
-	case 1:
+	case scripts.CodeNotFound:
 		return ErrNotFound
-	case 2:
+	case scripts.CodeNotStarted:
 		return ErrNotStarted
-	case 3:
+	case scripts.CodeEnded:
 		return ErrEnded
-	case 4:
+	case scripts.CodeLocked:
 		return ErrLocked
-	case 5:
+	case scripts.CodeLimitReached:
 		return ErrLimitReached
-	case 6:
+	case scripts.CodeSoldOut:
 		return ErrSoldOut
-	case 7:
+	case scripts.CodeInsufficientStock:
 		return ErrInsufficientStock
-	case 8:
+	case scripts.CodeIdempotencyConflict:
 		return ErrIdempotencyConflict
-	case 10:
+	case scripts.CodeStockBelowSold:
 		return ErrConflict
-	case 11:
+	case scripts.CodeBadWindow:
 		return ErrBadWindow
-	case 12:
+	case scripts.CodeStockRequired:
 		return ErrStockRequired
 	default:
-		// 9 is an order id collision; anything else is a script the gateway
-		// does not understand. Neither promised anything to the buyer.
-		return fmt.Errorf("%w: script answered code %d", ErrUnavailable, code)
+		// An order id collision, or a code of a script the gateway does not
+		// understand. Neither promised anything to the buyer.
+		return fmt.Errorf("%w: script answered %s", ErrUnavailable, code)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/flashgate/flashgate/order"
 )
 
 // buyRequest is a parsed buy body.
@@ -12,7 +14,14 @@ type buyRequest struct {
 	quantity int
 }
 
-const maxQuantity = 1000
+// Reasons of a 400 for an id or a quantity, worded from order's rules.
+const (
+	badSale  = "sale_id must be " + order.IDRule
+	badUser  = "user_id must be " + order.IDRule
+	badOrder = "sale_id and order_id must be " + order.IDRule
+)
+
+var badQuantity = "quantity must be a whole number from 1 to " + strconv.Itoa(order.MaxQuantity)
 
 // parseBuy parses {"user_id": "...", "quantity": N}. It returns the reason of
 // a 400 when the body is not acceptable; unknown fields are ignored, and of a
@@ -32,15 +41,15 @@ func parseBuy(body []byte) (buyRequest, string) {
 	userRaw, qtyRaw := topLevelFields(body)
 	var r buyRequest
 	user, ok := jsonString(userRaw)
-	if !ok || !validID(user) {
-		return r, "user_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"
+	if !ok || !order.ValidID(user) {
+		return r, badUser
 	}
 	r.user = user
 	r.quantity = 1
 	if len(qtyRaw) > 0 && string(qtyRaw) != "null" {
 		q, ok := wholeNumber(qtyRaw)
-		if !ok || q < 1 || q > maxQuantity {
-			return r, "quantity must be a whole number from 1 to 1000"
+		if !ok || q < 1 || q > order.MaxQuantity {
+			return r, badQuantity
 		}
 		r.quantity = int(q)
 	}

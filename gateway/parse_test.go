@@ -3,6 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/flashgate/flashgate/order"
 )
 
 // parseBuyReference is the slow, obviously right parser: encoding/json into
@@ -13,7 +15,7 @@ func parseBuyReference(body []byte) (buyRequest, bool) {
 		return buyRequest{}, false
 	}
 	var user string
-	if raw, ok := m["user_id"]; !ok || json.Unmarshal(raw, &user) != nil || !validID([]byte(user)) {
+	if raw, ok := m["user_id"]; !ok || json.Unmarshal(raw, &user) != nil || !order.ValidID(user) {
 		return buyRequest{}, false
 	}
 	if len(m["user_id"]) == 0 || m["user_id"][0] != '"' {
@@ -22,7 +24,7 @@ func parseBuyReference(body []byte) (buyRequest, bool) {
 	r := buyRequest{user: []byte(user), quantity: 1}
 	if raw, ok := m["quantity"]; ok && string(raw) != "null" {
 		q, ok := wholeNumber(raw)
-		if !ok || q < 1 || q > maxQuantity {
+		if !ok || q < 1 || q > order.MaxQuantity {
 			return buyRequest{}, false
 		}
 		r.quantity = int(q)

@@ -3,11 +3,14 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/order"
 )
 
 var (
@@ -80,8 +83,8 @@ func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
 
 // buy answers one buy and returns the status it answered.
 func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) string {
-	if !validID(saleB) {
-		return write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
+	if !order.ValidID(saleB) {
+		return write(ctx, badRequest(badSale))
 	}
 	req, reason := parseBuy(ctx.PostBody())
 	if reason != "" {
@@ -107,7 +110,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) stri
 	epoch := s.closed.epoch.Load()
 	res, err := s.batch.reserve(sale, Reservation{OrderID: s.ids.next(), UserID: user, Quantity: req.quantity, IdemKey: idem})
 	if err != nil {
-		if err == ErrRateLimited {
+		if errors.Is(err, ErrRateLimited) {
 			return writeRateLimited(ctx)
 		}
 		return s.unavailable(ctx, "reserve", err)
@@ -148,15 +151,15 @@ func (s *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) str
 }
 
 func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
-	if !validID(saleB) {
-		write(ctx, badRequest("sale_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
+	if !order.ValidID(saleB) {
+		write(ctx, badRequest(badSale))
 		return
 	}
 	rctx, cancel := s.redisCtx()
 	v, err := s.store.Sale(rctx, string(saleB))
 	cancel()
 	if err != nil {
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			write(ctx, replyNotFound)
 			return
 		}
@@ -193,15 +196,15 @@ func appendTime(b []byte, ms int64) []byte {
 }
 
 func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte) {
-	if !validID(saleB) || !validID(orderB) {
-		write(ctx, badRequest("sale_id and order_id must be 1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"))
+	if !order.ValidID(saleB) || !order.ValidID(orderB) {
+		write(ctx, badRequest(badOrder))
 		return
 	}
 	rctx, cancel := s.redisCtx()
 	o, err := s.store.Order(rctx, string(saleB), string(orderB))
 	cancel()
 	if err != nil {
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			write(ctx, replyNotFound)
 			return
 		}

@@ -67,6 +67,9 @@ func (o *outcomes) accepted() (orders int, units int64) {
 	return len(o.orders), units
 }
 
+// Invariant 1: sold + remaining = stock, remaining ≥ 0: a crowd larger than
+// the stock buys exactly the stock, and Redis's records add up. Invariant 2:
+// a user's units ≤ per_user_limit.
 func TestOversell(t *testing.T) { forEachMode(t, testOversell) }
 
 func testOversell(t *testing.T, mode gwOption) {
@@ -98,6 +101,8 @@ func testOversell(t *testing.T, mode gwOption) {
 	}
 }
 
+// Invariant 2: a user's units ≤ per_user_limit, one request after another
+// and from many connections at once.
 func TestPerUserLimit(t *testing.T) { forEachMode(t, testPerUserLimit) }
 
 func testPerUserLimit(t *testing.T, mode gwOption) {
@@ -131,6 +136,8 @@ func testPerUserLimit(t *testing.T, mode gwOption) {
 	g.checkLedger("lim")
 }
 
+// Invariant 4: a repeated Idempotency-Key returns the first reply and
+// reserves nothing, also when the repeats arrive together.
 func TestIdempotencyKey(t *testing.T) { forEachMode(t, testIdempotencyKey) }
 
 func testIdempotencyKey(t *testing.T, mode gwOption) {
@@ -189,8 +196,9 @@ func testIdempotencyKey(t *testing.T, mode gwOption) {
 	g.checkLedger("idem")
 }
 
-// A retried script call (go-redis retries after a lost reply) must not
-// reserve twice: the second run answers as the first did.
+// Invariant 1 under retries: a retried script call (go-redis retries after
+// a lost reply) must not reserve twice; the second run answers as the first
+// did.
 func TestReservationIDReplay(t *testing.T) {
 	g := startGateway(t)
 	g.mustSale("rid", `{"stock":5,"per_user_limit":5}`)
@@ -219,6 +227,7 @@ func TestReservationIDReplay(t *testing.T) {
 	g.checkLedger("rid")
 }
 
+// Invariant 5: once a lock call returns, no buy is accepted until unlock.
 func TestLockDuringBurst(t *testing.T) { forEachMode(t, testLockDuringBurst) }
 
 func testLockDuringBurst(t *testing.T, mode gwOption) {
@@ -276,6 +285,7 @@ func testLockDuringBurst(t *testing.T, mode gwOption) {
 	g.checkLedger("lk")
 }
 
+// Invariant 1 across a restock: the crowd buys exactly the stock after it.
 func TestRestockMidSale(t *testing.T) { forEachMode(t, testRestockMidSale) }
 
 func testRestockMidSale(t *testing.T, mode gwOption) {
@@ -385,6 +395,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// Invariant 1 with quantities: an order larger than what is left is
+// refused whole, and the rest still sells.
 func TestInsufficientStock(t *testing.T) { forEachMode(t, testInsufficientStock) }
 
 func testInsufficientStock(t *testing.T, mode gwOption) {

@@ -41,6 +41,8 @@ func runBurstWith(t *testing.T, g *testGateway, sale string, times int, op func(
 	g.checkLedger(sale)
 }
 
+// Invariant 1 while Redis loses its script cache mid-burst: NOSCRIPT is
+// handled by EVAL, and no buy gets a 5xx.
 func TestScriptFlushDuringBurst(t *testing.T) {
 	g := startGateway(t)
 	before := g.loader.Stats().NoScript
@@ -54,6 +56,8 @@ func TestScriptFlushDuringBurst(t *testing.T) {
 	}
 }
 
+// Invariant 1 while an operator reloads the scripts mid-burst: each call
+// runs one whole set, old or new.
 func TestReloadDuringBurst(t *testing.T) {
 	g := startGateway(t)
 	runBurstWith(t, g, "reload", 30, func() {
@@ -63,6 +67,8 @@ func TestReloadDuringBurst(t *testing.T) {
 	})
 }
 
+// A reload with a script Redis cannot compile is refused (422) and keeps
+// the set in use: buyers never meet a half-loaded set.
 func TestBrokenScriptKeepsOldSet(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"reserve", "admin", "mark"} {

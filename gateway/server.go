@@ -1,6 +1,8 @@
 // Package gateway is flashgate's HTTP edge: the public listener where buyers
 // reserve units and poll orders, the admin listener where operators manage
-// sales and scripts, and the Store through which both reach Redis.
+// sales and scripts, and what stands between them and Redis (validation,
+// the closed-sale memory, admission, the per-sale batcher and the Store,
+// which turns script replies into outcomes).
 package gateway
 
 import (

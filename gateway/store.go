@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,8 +48,9 @@ type Result struct {
 
 // Reserve applies rs in order in one atomic script call and writes one
 // Result per reservation into out (len(out) ≥ len(rs)). It returns an error
-// wrapping ErrUnavailable when Redis could not answer; then no Result is set
-// and nothing may be promised to the buyers.
+// wrapping ErrUnavailable when Redis could not answer, or answered what the
+// gateway cannot read; then no Result is set and nothing may be promised to
+// the buyers. It blocks for the script call, bounded by ctx.
 func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out []Result) error {
 	keys := make([]string, 4, 4+len(rs))
 	keys[0], keys[1], keys[2], keys[3] = s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale), s.keys.Orders(sale)
@@ -68,14 +68,36 @@ func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out 
 	if err != nil {
 		return fmt.Errorf("reserve %s: %w: %w", sale, ErrUnavailable, err)
 	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) != 2*len(rs) {
-		return fmt.Errorf("reserve %s: %w: unexpected reply %T", sale, ErrUnavailable, v)
+	if err := decodeReserve(v, out[:len(rs)]); err != nil {
+		return fmt.Errorf("reserve %s: %w: %w", sale, ErrUnavailable, err)
 	}
-	for i := range rs {
-		code, _ := arr[2*i].(int64)
-		id, _ := arr[2*i+1].(string)
-		out[i] = Result{OrderID: id, Err: outcome(code)}
+	return nil
+}
+
+// decodeReserve reads the reserve script's reply into out: per reservation,
+// an integer code and the order id, a string that an accepted reservation
+// never leaves empty. A reply of any other shape or length is an error and
+// sets no Result: a reply misread must never read as accepted.
+func decodeReserve(v any, out []Result) error {
+	arr, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("reply is %T, want an array", v)
+	}
+	if len(arr) != 2*len(out) {
+		return fmt.Errorf("reply has %d elements for %d reservations", len(arr), len(out))
+	}
+	for i := range out {
+		n, ok := arr[2*i].(int64)
+		if !ok {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want an integer code", 2*i, arr[2*i])
+		}
+		id, ok := arr[2*i+1].(string)
+		if !ok || id == "" && scripts.Code(n) == scripts.CodeOK {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want an order id", 2*i+1, arr[2*i+1])
+		}
+		out[i] = Result{OrderID: id, Err: outcome(scripts.Code(n))}
 	}
 	return nil
 }
@@ -184,48 +206,55 @@ func (s *Store) admin(ctx context.Context, sale, op string, args ...any) (*SaleV
 
 func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op string, args ...any) (*SaleView, bool, error) {
 	v, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
+	var n [adminReply]int64
+	if err == nil {
+		n, err = decodeAdmin(v)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}
-	a, ok := v.([]any)
-	if !ok || len(a) != 11 {
-		return nil, false, fmt.Errorf("%s %s: %w: unexpected reply %v", op, sale, ErrUnavailable, v)
-	}
-	n := make([]int64, len(a))
-	for i := range a {
-		n[i], _ = a[i].(int64)
-	}
-	if err := outcome(n[0]); err != nil {
+	if err := outcome(scripts.Code(n[0])); err != nil {
 		return nil, false, err
 	}
 	return &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
 		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10]}, n[1] == 1, nil
 }
 
-// OrderStatus is an order as the status endpoint shows it.
-type OrderStatus struct {
-	Created  bool // in MySQL; otherwise queued
-	UserID   string
-	Quantity int64
+// adminReply is the length of the admin script's reply: {code, created,
+// now, stock, sold, limit, locked, starts, ends, buyers, outbox}.
+const adminReply = 11
+
+// decodeAdmin reads the admin script's reply: adminReply integers, the
+// first the outcome code. A reply of any other shape or length is an error.
+func decodeAdmin(v any) ([adminReply]int64, error) {
+	var n [adminReply]int64
+	a, ok := v.([]any)
+	if !ok || len(a) != adminReply {
+		return n, fmt.Errorf("reply is %T of %d elements, want %d integers", v, len(a), adminReply)
+	}
+	for i := range a {
+		if n[i], ok = a[i].(int64); !ok {
+			return n, fmt.Errorf("reply element %d is %#v, want an integer", i, a[i])
+		}
+	}
+	return n, nil
 }
 
-// Order reads an order's status. It returns ErrNotFound for an order the
-// sale never accepted.
-func (s *Store) Order(ctx context.Context, sale, orderID string) (*OrderStatus, error) {
+// Order reads an order's record. It returns ErrNotFound for an order the
+// sale never accepted, or an error wrapping ErrUnavailable.
+func (s *Store) Order(ctx context.Context, sale, orderID string) (scripts.Record, error) {
 	v, err := s.rdb.HGet(ctx, s.keys.Orders(sale), orderID).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return scripts.Record{}, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("order %s/%s: %w: %w", sale, orderID, ErrUnavailable, err)
+		return scripts.Record{}, fmt.Errorf("order %s/%s: %w: %w", sale, orderID, ErrUnavailable, err)
 	}
-	// "q:QTY:USER" or "c:QTY:USER"
-	parts := strings.SplitN(v, ":", 3)
-	if len(parts) != 3 {
-		return nil, fmt.Errorf("order %s/%s: %w: bad record %q", sale, orderID, ErrUnavailable, v)
+	r, err := scripts.ParseRecord(v)
+	if err != nil {
+		return scripts.Record{}, fmt.Errorf("order %s/%s: %w: %w", sale, orderID, ErrUnavailable, err)
 	}
-	q, _ := strconv.ParseInt(parts[1], 10, 64)
-	return &OrderStatus{Created: parts[0] == "c", UserID: parts[2], Quantity: q}, nil
+	return r, nil
 }
 
 func optInt(p *int64) string {

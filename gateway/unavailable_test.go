@@ -79,6 +79,8 @@ func (b *blackhole) close() {
 	b.wg.Wait()
 }
 
+// Invariant 7: when Redis cannot answer, the gateway says 503 and promises
+// nothing (and invariant 1 holds across the outage).
 func TestRedisDownIs503(t *testing.T) {
 	proxy := newBlackhole(t, redisAddr())
 	g := startGateway(t, func(c *config.Config) { c.Redis.Addrs = []string{proxy.ln.Addr().String()} })

@@ -1,6 +1,8 @@
-// Package order is the accepted order as it travels from the Redis outbox,
-// through RabbitMQ, to MySQL: the record, its wire format and its
-// validation. It is the one thing the relay and the consumer must agree on.
+// Package order is the order: what one holds, its wire format from the Redis
+// outbox through RabbitMQ to MySQL, and its rules (ValidID, MaxQuantity),
+// which the gateway applies to a buy at the edge and the consumer to a
+// message. It is the one thing the gateway, the relay and the consumer must
+// agree on.
 //
 // On the wire an order is a JSON object
 //
@@ -24,8 +26,8 @@ import (
 // ContentType is the AMQP content type of an encoded order.
 const ContentType = "application/json"
 
-// MaxQuantity is the largest quantity one order may carry (the buy API's
-// limit).
+// MaxQuantity is the largest quantity one order may carry: the buy API
+// refuses more, and so does every stage after it.
 const MaxQuantity = 1000
 
 // ErrMalformed is wrapped by every error about an order that can never be
@@ -51,17 +53,16 @@ type wire struct {
 	ReservedAt *int64  `json:"reserved_at"`
 }
 
-// Validate reports whether o can be stored: ids of 1-64 characters of
-// A-Z a-z 0-9 _ . : @ - starting with a letter or digit, a quantity from 1 to
-// MaxQuantity and a reservation time after the epoch. The error wraps
+// Validate reports whether o can be stored: ids by ValidID, a quantity from
+// 1 to MaxQuantity and a reservation time after the epoch. The error wraps
 // ErrMalformed.
 func (o Order) Validate() error {
 	switch {
-	case !validID(o.OrderID):
+	case !ValidID(o.OrderID):
 		return fmt.Errorf("%w: order_id %q", ErrMalformed, clip(o.OrderID))
-	case !validID(o.SaleID):
+	case !ValidID(o.SaleID):
 		return fmt.Errorf("%w: sale_id %q", ErrMalformed, clip(o.SaleID))
-	case !validID(o.UserID):
+	case !ValidID(o.UserID):
 		return fmt.Errorf("%w: user_id %q", ErrMalformed, clip(o.UserID))
 	case o.Quantity < 1 || o.Quantity > MaxQuantity:
 		return fmt.Errorf("%w: quantity %d out of 1..%d", ErrMalformed, o.Quantity, MaxQuantity)
@@ -162,9 +163,14 @@ func FromStream(values map[string]any) (Order, error) {
 	return o, o.Validate()
 }
 
-// validID is the id rule of the buy API: 1-64 characters of
-// A-Z a-z 0-9 _ . : @ -, starting with a letter or digit.
-func validID(s string) bool {
+// IDRule is the id rule in words, for the messages that refuse an id.
+const IDRule = "1-64 of A-Z a-z 0-9 _ . : @ - starting with a letter or digit"
+
+// ValidID reports whether s is a valid order, sale or user id (IDRule):
+// 1-64 characters of A-Z a-z 0-9 _ . : @ -, starting with a letter or digit.
+// It takes bytes or a string alike and allocates nothing, so the buy
+// handler checks ids in the request's own buffers.
+func ValidID[T ~string | ~[]byte](s T) bool {
 	if len(s) == 0 || len(s) > 64 || !alnum(s[0]) {
 		return false
 	}

@@ -12,6 +12,8 @@ func valid() Order {
 		ReservedAt: time.UnixMilli(1735689600123).UTC()}
 }
 
+// Invariant 3 (every 202 becomes exactly one MySQL row) rests on this: what
+// the relay encodes, the consumer decodes to the same order.
 func TestRoundTrip(t *testing.T) {
 	o := valid()
 	b, err := o.Marshal()
@@ -73,6 +75,8 @@ func TestUnmarshal(t *testing.T) {
 	}
 }
 
+// Invariant 3: the relay reads an outbox entry, as the reserve script wrote
+// it, into the order the consumer will store; a malformed one is refused.
 func TestFromStream(t *testing.T) {
 	good := func() map[string]any {
 		return map[string]any{"order_id": "o1", "sale_id": "s1", "user_id": "u1", "quantity": "3", "reserved_at": "1735689600123"}
@@ -146,4 +150,35 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("round trip of %q: %+v, %v; want %+v", body, o2, err, o)
 		}
 	})
+}
+
+// The id rule, the same for bytes and strings.
+func TestValidID(t *testing.T) {
+	tests := []struct {
+		name, id string
+		ok       bool
+	}{
+		{"letters", "alice", true},
+		{"every allowed sign", "a_b.c:d@e-f", true},
+		{"starts with a digit", "1abc", true},
+		{"64 characters", strings.Repeat("a", 64), true},
+		{"65 characters", strings.Repeat("a", 65), false},
+		{"empty", "", false},
+		{"starts with a dash", "-a", false},
+		{"starts with an underscore", "_a", false},
+		{"space", "a b", false},
+		{"slash", "a/b", false},
+		{"NUL", "a\x00b", false},
+		{"non-ASCII", "ünï", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ValidID(tc.id); got != tc.ok {
+				t.Errorf("ValidID(%q) = %v, want %v", tc.id, got, tc.ok)
+			}
+			if got := ValidID([]byte(tc.id)); got != tc.ok {
+				t.Errorf("ValidID([]byte(%q)) = %v, want %v", tc.id, got, tc.ok)
+			}
+		})
+	}
 }

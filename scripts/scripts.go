@@ -1,25 +1,23 @@
-// Package scripts holds flashgate's Lua scripts and the loader that loads,
-// reloads and runs them with EVALSHA, and the Redis key layout the scripts
-// work on.
+// Package scripts is flashgate's contract with Redis: the Lua scripts, the
+// key layout they work on, the outcome codes they answer and the order
+// record they write, and the Loader that loads, reloads and runs them.
 //
 // The scripts are built into the binary; Loader reads them from a folder
 // instead when one is configured. A set of scripts is loaded with SCRIPT LOAD
-// and swapped in whole, atomically: a call in flight keeps the SHA it
-// started with, which stays in Redis's script cache. When Redis has lost its
-// cache (restart, failover, SCRIPT FLUSH), EVALSHA answers NOSCRIPT and Run
-// sends the source once with EVAL, which runs it and caches it again.
+// and swapped in whole, atomically: a call in flight keeps the script it
+// started with, whose SHA stays in Redis's script cache. Each script is run
+// through go-redis's redis.Script: EVALSHA, and when Redis has lost its cache
+// (restart, failover, SCRIPT FLUSH) and answers NOSCRIPT, EVAL of the source,
+// which runs it and caches it again.
 package scripts
 
 import (
 	"context"
-	"crypto/sha1"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -41,11 +39,16 @@ var builtin embed.FS
 // ErrCompile is returned by Load when Redis refuses a script (a syntax error).
 var ErrCompile = errors.New("script does not compile")
 
+// compileError is how Redis (6.x and 7.x) begins its answer to a script it
+// cannot compile: "ERR Error compiling script (new function): user_script:1:
+// ...". redis.HasErrorPrefix drops the "ERR ".
+const compileError = "Error compiling script"
+
 // Script is one loaded script.
 type Script struct {
 	Name string `json:"name"`
 	SHA  string `json:"sha"`
-	src  string
+	rs   *redis.Script
 }
 
 type set struct {
@@ -78,7 +81,8 @@ func New(rdb redis.UniversalClient, dir string) *Loader {
 // Load reads every script, loads each into Redis with SCRIPT LOAD and, only
 // when all succeeded, makes them the set in use. It returns the new set. A
 // script Redis cannot compile gives an error wrapping ErrCompile and leaves
-// the set in use as it was; so does any other failure.
+// the set in use as it was; so does any other failure. It blocks for one
+// round trip per script, bounded by ctx; calls to Load are serialized.
 func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
@@ -88,17 +92,19 @@ func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 		if err != nil {
 			return nil, err
 		}
-		sha, err := l.rdb.ScriptLoad(ctx, src).Result()
+		rs := redis.NewScript(src)
+		want := rs.Hash() // SHA-1 of src, before Load replaces it by Redis's answer
+		sha, err := rs.Load(ctx, l.rdb).Result()
 		if err != nil {
-			if strings.Contains(err.Error(), "compil") {
-				return nil, fmt.Errorf("scripts: %s: %w: %v", name, ErrCompile, err)
+			if redis.HasErrorPrefix(err, compileError) {
+				return nil, fmt.Errorf("scripts: %s: %w: %w", name, ErrCompile, err)
 			}
 			return nil, fmt.Errorf("scripts: load %s: %w", name, err)
 		}
-		if want := digest(src); sha != want {
+		if sha != want {
 			return nil, fmt.Errorf("scripts: load %s: Redis answered SHA %s, want %s", name, sha, want)
 		}
-		s.list = append(s.list, Script{Name: name, SHA: sha, src: src})
+		s.list = append(s.list, Script{Name: name, SHA: sha, rs: rs})
 	}
 	for i := range s.list {
 		s.byName[s.list[i].Name] = &s.list[i]
@@ -122,11 +128,6 @@ func (l *Loader) read(name string) (string, error) {
 	return string(b), nil
 }
 
-func digest(src string) string {
-	h := sha1.Sum([]byte(src))
-	return hex.EncodeToString(h[:])
-}
-
 // Scripts returns the set in use, sorted by name; nil before the first Load.
 func (l *Loader) Scripts() []Script {
 	s := l.cur.Load()
@@ -144,9 +145,11 @@ func (l *Loader) Stats() Stats {
 // ErrNotLoaded is returned by Run before the first successful Load.
 var ErrNotLoaded = errors.New("scripts: not loaded")
 
-// Run calls the named script with EVALSHA and returns its reply. On NOSCRIPT
-// it sends the source with EVAL, which runs the script and caches it again.
-// It blocks for one or two round trips, bounded by ctx.
+// Run calls the named script and returns its reply, as redis.Script.Run
+// does: EVALSHA, and on NOSCRIPT the source with EVAL, which runs the script
+// and caches it again (counted in Stats.NoScript). It blocks for one or two
+// round trips, bounded by ctx. It returns ErrNotLoaded before the first
+// Load, redis.Nil for a nil reply, or the error of Redis or the connection.
 func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...any) (any, error) {
 	l.calls.Add(1)
 	s := l.cur.Load()
@@ -159,12 +162,14 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 		l.errs.Add(1)
 		return nil, fmt.Errorf("scripts: no script %q", name)
 	}
-	v, err := l.rdb.EvalSha(ctx, sc.SHA, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	// Script.Run would do the same two steps, but hide the NOSCRIPT that
+	// Stats counts.
+	v, err := sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		l.noscript.Add(1)
-		v, err = l.rdb.Eval(ctx, sc.src, keys, args...).Result()
+		v, err = sc.rs.Eval(ctx, l.rdb, keys, args...).Result()
 	}
-	if err != nil && err != redis.Nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		l.errs.Add(1)
 	}
 	return v, err

@@ -15,8 +15,15 @@
 --   ping                         answers 'pong' (readiness check of the script path)
 --
 -- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers, outbox}.
--- Codes: 0 ok, 1 not_found, 10 stock below sold, 11 ends not after starts,
--- 12 stock missing on create.
+--
+-- Outcome codes: scripts/codes.go holds the same names and values (a test
+-- reads this file to keep them so); return no code but by its name.
+local OK = 0
+local NOT_FOUND = 1
+local STOCK_BELOW_SOLD = 10
+local BAD_WINDOW = 11          -- ends not after starts
+local STOCK_REQUIRED = 12      -- stock missing on create
+
 local op = ARGV[1]
 if op == 'ping' then
   return 'pong'
@@ -37,7 +44,7 @@ end
 if op == 'upsert' then
   local stock, limit, starts, ends = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
   if not exists then
-    if stock == '' then return view(12) end
+    if stock == '' then return view(STOCK_REQUIRED) end
     if limit == '' then limit = '1' end
   end
   local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends')
@@ -46,8 +53,8 @@ if op == 'upsert' then
   local e = tonumber(m[3]) or 0
   if starts == 'null' then s = 0 elseif starts ~= '' then s = tonumber(starts) end
   if ends == 'null' then e = 0 elseif ends ~= '' then e = tonumber(ends) end
-  if s > 0 and e > 0 and e <= s then return view(11) end
-  if stock ~= '' and tonumber(stock) < sold then return view(10) end
+  if s > 0 and e > 0 and e <= s then return view(BAD_WINDOW) end
+  if stock ~= '' and tonumber(stock) < sold then return view(STOCK_BELOW_SOLD) end
   if not exists then
     created = 1
     redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0)
@@ -56,10 +63,10 @@ if op == 'upsert' then
   if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end
   redis.call('HSET', KEYS[1], 'starts', s, 'ends', e)
   redis.call('PUBLISH', ARGV[2], ARGV[3])
-  return view(0)
+  return view(OK)
 end
 
-if not exists then return view(1) end
+if not exists then return view(NOT_FOUND) end
 
 if op == 'restock' then
   if redis.call('SET', KEYS[4], '1', 'NX', 'EX', 3600) then
@@ -75,4 +82,4 @@ end
 if op ~= 'get' then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return view(0)
+return view(OK)

@@ -13,9 +13,20 @@
 -- in KEYS of its idempotency key (0 when it has none).
 --
 -- Returns two values per reservation: an outcome code and the order id.
--- Codes: 0 accepted, 1 not_found, 2 not_started, 3 ended, 4 locked,
--- 5 limit_reached, 6 sold_out, 7 insufficient_stock, 8 idempotency_conflict,
--- 9 order id collision (never expected; the gateway answers 503).
+--
+-- Outcome codes: scripts/codes.go holds the same names and values (a test
+-- reads this file to keep them so); return no code but by its name.
+local OK = 0                   -- accepted
+local NOT_FOUND = 1
+local NOT_STARTED = 2
+local ENDED = 3
+local LOCKED = 4
+local LIMIT_REACHED = 5
+local SOLD_OUT = 6
+local INSUFFICIENT_STOCK = 7
+local IDEMPOTENCY_CONFLICT = 8
+local ORDER_ID_COLLISION = 9   -- never expected; the gateway answers 503
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked')
@@ -34,12 +45,12 @@ local out = {}
 for i = 3, #ARGV, 4 do
   local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local record = 'q:' .. qty .. ':' .. user
-  local code, rid = -1, oid
+  local code, rid = nil, oid -- nil: not decided yet
 
   -- A retried call (the reply of the first was lost): answer as the first did.
   local prev = exists and redis.call('HGET', KEYS[4], oid)
   if prev then
-    if string.sub(prev, 2) == string.sub(record, 2) then code = 0 else code = 9 end
+    if string.sub(prev, 2) == string.sub(record, 2) then code = OK else code = ORDER_ID_COLLISION end
   elseif ik > 0 then
     local v = redis.call('GET', KEYS[ik])
     if v then
@@ -47,31 +58,31 @@ for i = 3, #ARGV, 4 do
       if u == user and tonumber(q) == qty then
         code, rid = tonumber(c), o
       else
-        code, rid = 8, ''
+        code, rid = IDEMPOTENCY_CONFLICT, ''
       end
     end
   end
 
-  if code == -1 then
-    if not exists then code = 1
-    elseif starts > 0 and now < starts then code = 2
-    elseif ends > 0 and now >= ends then code = 3
-    elseif locked then code = 4
+  if code == nil then
+    if not exists then code = NOT_FOUND
+    elseif starts > 0 and now < starts then code = NOT_STARTED
+    elseif ends > 0 and now >= ends then code = ENDED
+    elseif locked then code = LOCKED
     else
       local held = tonumber(redis.call('HGET', KEYS[2], user)) or 0
-      if held + qty > limit then code = 5
-      elseif stock - sold <= 0 then code = 6
-      elseif stock - sold < qty then code = 7
+      if held + qty > limit then code = LIMIT_REACHED
+      elseif stock - sold <= 0 then code = SOLD_OUT
+      elseif stock - sold < qty then code = INSUFFICIENT_STOCK
       else
         sold = sold + qty
         redis.call('HINCRBY', KEYS[2], user, qty)
         redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
           'quantity', qty, 'reserved_at', now)
         redis.call('HSET', KEYS[4], oid, record)
-        code = 0
+        code = OK
       end
     end
-    if code ~= 0 then rid = '' end
+    if code ~= OK then rid = '' end
     if ik > 0 and exists then
       redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid, 'EX', ttl)
     end
