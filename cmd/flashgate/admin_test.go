@@ -5,78 +5,33 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/admin/admintest"
 	"github.com/flashgate/flashgate/config"
 )
 
-// The admin CLI is tested against a stand-in that records what it receives:
-// what is under test is how the CLI builds its requests and reads the
-// answers. The admin API itself is tested against real Redis in gateway/.
+// The admin CLI is tested against admintest's stand-in, which records what
+// it receives: what is under test is how the command line becomes calls of
+// the admin client, what is printed and the exit status. How the client
+// builds its requests and reads the answers is tested in admin/; the admin
+// API itself against real Redis in gateway/.
 
 const testToken = "admin-test-token-0123456789"
 
-// request is what the stand-in received.
-type request struct {
-	Method, Path, Body, Auth string
+func req(method, path, body, auth string) admintest.Request {
+	return admintest.Request{Method: method, Path: path, Body: body, Auth: auth}
 }
 
-type fakeAdmin struct {
-	*httptest.Server
-	mu   sync.Mutex
-	reqs []request
-	// answers maps "METHOD PATH" to a status code and a body; anything else
-	// gets 200 with okBody.
-	answers map[string]answer
-}
+func reply(code int, body string) admintest.Answer { return admintest.Answer{Code: code, Body: body} }
 
-type answer struct {
-	code int
-	body string
-}
-
-const okBody = `{"status":"ok","sale_id":"s1","stock":10}`
-
-func newFakeAdmin(t *testing.T, answers map[string]answer) *fakeAdmin {
-	t.Helper()
-	f := &fakeAdmin{answers: answers}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
-			t.Errorf("%s %s: body sent as %q", r.Method, r.URL.EscapedPath(), r.Header.Get("Content-Type"))
-		}
-		f.mu.Lock()
-		f.reqs = append(f.reqs, request{r.Method, r.URL.EscapedPath(), string(body), r.Header.Get("Authorization")})
-		f.mu.Unlock()
-		a, ok := f.answers[r.Method+" "+r.URL.EscapedPath()]
-		if !ok {
-			a = answer{http.StatusOK, okBody}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(a.code)
-		io.WriteString(w, a.body)
-	}))
-	t.Cleanup(f.Close)
-	return f
-}
-
-func (f *fakeAdmin) requests() []request {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]request(nil), f.reqs...)
-}
-
-func (f *fakeAdmin) hostPort() string { return f.Listener.Addr().String() }
+func hostPort(s *admintest.Server) string { return s.Listener.Addr().String() }
 
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -85,18 +40,6 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	err := runAdmin(ctx, args, &out)
 	return out.String(), err
-}
-
-// sameJSON compares two JSON texts by value (key order aside).
-func sameJSON(a, b string) bool {
-	if a == "" || b == "" {
-		return a == b
-	}
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
-	}
-	return reflect.DeepEqual(x, y)
 }
 
 // clearEnv keeps the settings of the machine running the tests out of them.
@@ -109,134 +52,122 @@ func clearEnv(t *testing.T) {
 
 func TestAdminRequests(t *testing.T) {
 	clearEnv(t)
-	notFound := answer{http.StatusNotFound, `{"status":"not_found"}`}
+	notFound := reply(http.StatusNotFound, `{"status":"not_found"}`)
 	bearer := "Bearer " + testToken
 	for _, tc := range []struct {
 		name    string
 		args    []string
-		answers map[string]answer
-		want    []request
+		answers map[string]admintest.Answer
+		want    []admintest.Request
 		wantErr string // substring of the error; empty: success
 		wantOut string // exact stdout on success; empty: not checked
 	}{
 		{
 			name:    "show",
 			args:    []string{"sale", "show", "s1"},
-			want:    []request{{"GET", "/admin/v1/sales/s1", "", bearer}},
+			want:    []admintest.Request{req("GET", "/admin/v1/sales/s1", "", bearer)},
 			wantOut: "{\n  \"status\": \"ok\",\n  \"sale_id\": \"s1\",\n  \"stock\": 10\n}\n",
 		},
 		{
 			name: "create",
 			args: []string{"sale", "create", "s1", "--stock", "100", "--limit", "2",
 				"--starts", "2030-01-01T09:00:00Z", "--ends", "2030-01-01T10:30:00+01:00"},
-			answers: map[string]answer{"GET /admin/v1/sales/s1": notFound, "PUT /admin/v1/sales/s1": {201, okBody}},
-			want: []request{
-				{"GET", "/admin/v1/sales/s1", "", bearer},
-				{"PUT", "/admin/v1/sales/s1", `{"stock":100,"per_user_limit":2,"starts_at":"2030-01-01T09:00:00Z","ends_at":"2030-01-01T10:30:00+01:00"}`, bearer},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound, "PUT /admin/v1/sales/s1": reply(201, admintest.OK)},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":100,"per_user_limit":2,"starts_at":"2030-01-01T09:00:00Z","ends_at":"2030-01-01T10:30:00+01:00"}`, bearer),
 			},
 		},
 		{
 			name:    "create with only stock leaves the rest to the API's defaults",
 			args:    []string{"sale", "create", "--stock", "0", "s1"},
-			answers: map[string]answer{"GET /admin/v1/sales/s1": notFound},
-			want: []request{
-				{"GET", "/admin/v1/sales/s1", "", bearer},
-				{"PUT", "/admin/v1/sales/s1", `{"stock":0}`, bearer},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":0}`, bearer),
 			},
 		},
 		{
 			name:    "create refuses an existing sale",
 			args:    []string{"sale", "create", "s1", "--stock", "5"},
-			want:    []request{{"GET", "/admin/v1/sales/s1", "", bearer}},
+			want:    []admintest.Request{req("GET", "/admin/v1/sales/s1", "", bearer)},
 			wantErr: `sale "s1" already exists: use sale update`,
 		},
 		{
 			name: "update sends only what is given; clear is null",
 			args: []string{"sale", "update", "s1", "--stock", "50", "--clear-ends"},
-			want: []request{
-				{"GET", "/admin/v1/sales/s1", "", bearer},
-				{"PUT", "/admin/v1/sales/s1", `{"stock":50,"ends_at":null}`, bearer},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":50,"ends_at":null}`, bearer),
 			},
 		},
 		{
 			name: "update of the window",
 			args: []string{"sale", "update", "s1", "--clear-starts", "--ends", "2031-06-01T00:00:00Z", "--limit", "3"},
-			want: []request{
-				{"GET", "/admin/v1/sales/s1", "", bearer},
-				{"PUT", "/admin/v1/sales/s1", `{"starts_at":null,"ends_at":"2031-06-01T00:00:00Z","per_user_limit":3}`, bearer},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"starts_at":null,"ends_at":"2031-06-01T00:00:00Z","per_user_limit":3}`, bearer),
 			},
 		},
 		{
 			name:    "update refuses a missing sale",
 			args:    []string{"sale", "update", "s1", "--stock", "50"},
-			answers: map[string]answer{"GET /admin/v1/sales/s1": notFound},
-			want:    []request{{"GET", "/admin/v1/sales/s1", "", bearer}},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want:    []admintest.Request{req("GET", "/admin/v1/sales/s1", "", bearer)},
 			wantErr: `no sale "s1": use sale create`,
 		},
 		{
 			name: "restock",
 			args: []string{"sale", "restock", "s1", "25"},
-			want: []request{{"POST", "/admin/v1/sales/s1/restock", `{"quantity":25}`, bearer}},
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/restock", `{"quantity":25}`, bearer)},
 		},
 		{
 			name: "lock",
 			args: []string{"sale", "lock", "s1"},
-			want: []request{{"POST", "/admin/v1/sales/s1/lock", "", bearer}},
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/lock", "", bearer)},
 		},
 		{
 			name: "unlock",
 			args: []string{"sale", "unlock", "s1"},
-			want: []request{{"POST", "/admin/v1/sales/s1/unlock", "", bearer}},
-		},
-		{
-			name: "id with the punctuation ids allow",
-			args: []string{"sale", "show", "Sale_1.a:b@c-d"},
-			want: []request{{"GET", "/admin/v1/sales/Sale_1.a:b@c-d", "", bearer}},
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/unlock", "", bearer)},
 		},
 		{
 			name: "scripts list",
 			args: []string{"scripts", "list"},
-			want: []request{{"GET", "/admin/v1/scripts", "", bearer}},
+			want: []admintest.Request{req("GET", "/admin/v1/scripts", "", bearer)},
 		},
 		{
 			name: "scripts reload",
 			args: []string{"scripts", "reload"},
-			want: []request{{"POST", "/admin/v1/scripts/reload", "", bearer}},
+			want: []admintest.Request{req("POST", "/admin/v1/scripts/reload", "", bearer)},
 		},
 		{
 			name:    "conflict names code, status and error",
 			args:    []string{"sale", "update", "s1", "--stock", "1"},
-			answers: map[string]answer{"PUT /admin/v1/sales/s1": {409, `{"status":"conflict","error":"stock below sold"}`}},
-			want: []request{
-				{"GET", "/admin/v1/sales/s1", "", bearer},
-				{"PUT", "/admin/v1/sales/s1", `{"stock":1}`, bearer},
+			answers: map[string]admintest.Answer{"PUT /admin/v1/sales/s1": reply(409, `{"status":"conflict","error":"stock below sold"}`)},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":1}`, bearer),
 			},
 			wantErr: "/admin/v1/sales/s1: 409 Conflict: conflict: stock below sold",
 		},
 		{
 			name:    "script error",
 			args:    []string{"scripts", "reload"},
-			answers: map[string]answer{"POST /admin/v1/scripts/reload": {422, `{"status":"script_error","error":"reserve.lua: line 3"}`}},
-			want:    []request{{"POST", "/admin/v1/scripts/reload", "", bearer}},
+			answers: map[string]admintest.Answer{"POST /admin/v1/scripts/reload": reply(422, `{"status":"script_error","error":"reserve.lua: line 3"}`)},
+			want:    []admintest.Request{req("POST", "/admin/v1/scripts/reload", "", bearer)},
 			wantErr: "422 Unprocessable Entity: script_error: reserve.lua: line 3",
 		},
 		{
 			name:    "unauthorized says where the token comes from",
 			args:    []string{"sale", "lock", "s1"},
-			answers: map[string]answer{"POST /admin/v1/sales/s1/lock": {401, `{"status":"unauthorized"}`}},
-			want:    []request{{"POST", "/admin/v1/sales/s1/lock", "", bearer}},
+			answers: map[string]admintest.Answer{"POST /admin/v1/sales/s1/lock": reply(401, `{"status":"unauthorized"}`)},
+			want:    []admintest.Request{req("POST", "/admin/v1/sales/s1/lock", "", bearer)},
 			wantErr: "401 Unauthorized: unauthorized (check --token or FLASHGATE_ADMIN_TOKEN)",
-		},
-		{
-			name:    "an answer that is not JSON",
-			args:    []string{"sale", "show", "s1"},
-			answers: map[string]answer{"GET /admin/v1/sales/s1": {502, `<html>bad gateway</html>`}},
-			want:    []request{{"GET", "/admin/v1/sales/s1", "", bearer}},
-			wantErr: "502 Bad Gateway",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAdmin(t, tc.answers)
+			f := admintest.NewServer(t, tc.answers)
 			args := append([]string{"--addr", f.URL, "--token", testToken}, tc.args...)
 			out, err := runCLI(t, args...)
 			switch {
@@ -253,14 +184,10 @@ func TestAdminRequests(t *testing.T) {
 			if tc.wantOut != "" && out != tc.wantOut {
 				t.Errorf("stdout %q, want %q", out, tc.wantOut)
 			}
-			got := f.requests()
-			if len(got) != len(tc.want) {
-				t.Fatalf("requests %+v, want %+v", got, tc.want)
-			}
-			for i := range got {
-				g, w := got[i], tc.want[i]
-				if g.Method != w.Method || g.Path != w.Path || g.Auth != w.Auth || !sameJSON(g.Body, w.Body) {
-					t.Errorf("request %d: %+v, want %+v", i, g, w)
+			f.Check(t, tc.want)
+			for _, r := range f.Requests() {
+				if r.Agent != "flashgate-admin/"+version {
+					t.Errorf("User-Agent %q", r.Agent)
 				}
 			}
 		})
@@ -269,7 +196,7 @@ func TestAdminRequests(t *testing.T) {
 
 func TestAdminUsage(t *testing.T) {
 	clearEnv(t)
-	f := newFakeAdmin(t, nil)
+	f := admintest.NewServer(t, nil)
 	for _, args := range [][]string{
 		{},
 		{"frobnicate"},
@@ -315,7 +242,7 @@ func TestAdminUsage(t *testing.T) {
 			}
 		})
 	}
-	if r := f.requests(); len(r) != 0 {
+	if r := f.Requests(); len(r) != 0 {
 		t.Errorf("bad usage still sent %+v", r)
 	}
 }
@@ -336,8 +263,8 @@ func TestAdminHelp(t *testing.T) {
 // TestAdminSettings checks where the address and the token come from when
 // no flag gives them: the settings, read as the gateway reads them.
 func TestAdminSettings(t *testing.T) {
-	f := newFakeAdmin(t, nil)
-	_, port, _ := net.SplitHostPort(f.hostPort())
+	f := admintest.NewServer(t, nil)
+	_, port, _ := net.SplitHostPort(hostPort(f))
 
 	t.Run("environment", func(t *testing.T) {
 		clearEnv(t)
@@ -348,7 +275,7 @@ func TestAdminSettings(t *testing.T) {
 		if _, err := runCLI(t, "sale", "show", "s1"); err != nil {
 			t.Fatal(err)
 		}
-		if r := f.requests(); r[len(r)-1].Auth != "Bearer "+testToken {
+		if r := f.Requests(); r[len(r)-1].Auth != "Bearer "+testToken {
 			t.Errorf("Authorization %q", r[len(r)-1].Auth)
 		}
 	})
@@ -359,7 +286,7 @@ func TestAdminSettings(t *testing.T) {
 		if _, err := runCLI(t, "sale", "show", "s1", "--token", "other-token-0123456789"); err != nil {
 			t.Fatal(err)
 		}
-		if r := f.requests(); r[len(r)-1].Auth != "Bearer other-token-0123456789" {
+		if r := f.Requests(); r[len(r)-1].Auth != "Bearer other-token-0123456789" {
 			t.Errorf("Authorization %q", r[len(r)-1].Auth)
 		}
 	})
@@ -373,7 +300,7 @@ func TestAdminSettings(t *testing.T) {
 		if _, err := runCLI(t, "--config", path, "scripts", "list"); err != nil {
 			t.Fatal(err)
 		}
-		if r := f.requests(); r[len(r)-1].Auth != "Bearer yaml-token-0123456789" || r[len(r)-1].Path != "/admin/v1/scripts" {
+		if r := f.Requests(); r[len(r)-1].Auth != "Bearer yaml-token-0123456789" || r[len(r)-1].Path != "/admin/v1/scripts" {
 			t.Errorf("request %+v", r[len(r)-1])
 		}
 	})
@@ -383,7 +310,7 @@ func TestAdminSettings(t *testing.T) {
 		if _, err := runCLI(t, "sale", "show", "s1"); err != nil {
 			t.Fatal(err)
 		}
-		if r := f.requests(); r[len(r)-1].Auth != "" {
+		if r := f.Requests(); r[len(r)-1].Auth != "" {
 			t.Errorf("Authorization %q, want none", r[len(r)-1].Auth)
 		}
 	})
@@ -398,31 +325,15 @@ func TestAdminSettings(t *testing.T) {
 }
 
 func TestAdminHealth(t *testing.T) {
-	var mu sync.Mutex
-	code := http.StatusOK
-	var auth []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		auth = append(auth, r.Header.Get("Authorization"))
-		if r.Method != http.MethodGet || r.URL.Path != "/readyz" {
-			w.WriteHeader(http.StatusNotFound)
-			io.WriteString(w, `{"status":"not_found"}`)
-			return
+	srv := admintest.NewServer(t, nil)
+	srv.Otherwise(reply(http.StatusNotFound, `{"status":"not_found"}`))
+	_, port, _ := net.SplitHostPort(hostPort(srv))
+	set := func(code int) {
+		body := `{"status":"ok"}`
+		if code != http.StatusOK {
+			body = `{"status":"unavailable","error":"draining"}`
 		}
-		w.WriteHeader(code)
-		if code == http.StatusOK {
-			io.WriteString(w, `{"status":"ok"}`)
-		} else {
-			io.WriteString(w, `{"status":"unavailable","error":"draining"}`)
-		}
-	}))
-	defer srv.Close()
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	set := func(c int) {
-		mu.Lock()
-		code = c
-		mu.Unlock()
+		srv.Set("GET /readyz", reply(code, body))
 	}
 
 	clearEnv(t)
@@ -453,10 +364,8 @@ func TestAdminHealth(t *testing.T) {
 		t.Errorf("--url to a 404: no error")
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, a := range auth {
-		if a != "" {
+	for _, r := range srv.Requests() {
+		if r.Auth != "" {
 			t.Errorf("health sent the admin token to the public listener")
 		}
 	}
@@ -473,20 +382,5 @@ func TestAdminNoAnswer(t *testing.T) {
 	_, err = runCLI(t, "--addr", addr, "--token", testToken, "sale", "show", "s1")
 	if err == nil || errors.Is(err, errUsage) {
 		t.Fatalf("error %v, want a failure (exit 1)", err)
-	}
-}
-
-func TestAdminListenerURL(t *testing.T) {
-	for addr, want := range map[string]string{
-		"0.0.0.0:8081":   "http://127.0.0.1:8081",
-		":8081":          "http://127.0.0.1:8081",
-		"[::]:8081":      "http://[::1]:8081",
-		"127.0.0.1:8081": "http://127.0.0.1:8081",
-		"10.1.2.3:8081":  "http://10.1.2.3:8081",
-		"localhost:8081": "http://localhost:8081",
-	} {
-		if got := listenerURL(addr); got != want {
-			t.Errorf("listenerURL(%q) = %q, want %q", addr, got, want)
-		}
 	}
 }

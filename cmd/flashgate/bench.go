@@ -6,10 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"time"
 
+	"github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/bench"
 	"github.com/flashgate/flashgate/config"
 )
@@ -71,10 +71,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if o.URL == "" {
-		o.URL = "http://" + dialable(cfg.HTTP.Addr)
+		o.URL = admin.ListenerURL(cfg.HTTP.Addr)
 	}
 	if o.AdminURL == "" {
-		o.AdminURL = "http://" + dialable(cfg.Admin.Addr)
+		o.AdminURL = admin.ListenerURL(cfg.Admin.Addr)
 	}
 	if o.Token == "" {
 		o.Token = cfg.Admin.Token
@@ -102,19 +102,6 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return rep.Err()
-}
-
-// dialable turns a listen address into one to connect to: a wildcard host
-// (":8080", "0.0.0.0:8080", "[::]:8080") means this machine.
-func dialable(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
 }
 
 func isTerminal(f *os.File) bool {

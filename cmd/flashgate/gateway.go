@@ -13,8 +13,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
-	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/relay"
+	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -30,7 +31,9 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
 	reload := auditedReload(log.Named("scripts"), loader)
 
-	rl, err := newRelay(cfg, log, rdb)
+	// The outbox relay runs inside the gateway, on the gateway's Redis
+	// client; it is stopped after the HTTP server (below).
+	rl, err := relay.New(cfg, relay.Deps{Redis: rdb, Log: log.Named("relay")})
 	if err != nil {
 		return err
 	}
@@ -50,19 +53,32 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	defer stopBG()
 
 	// Redis may not be up yet: keep trying to load the scripts; /readyz says
-	// 503 and buys say 503 until it works.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		loadUntilDone(bg, log.Named("scripts"), cfg, reload)
-	}()
+	// 503 and buys say 503 until it works. Scripts that do not compile are
+	// not retried: only a fix and a reload can help.
+	scriptLog := log.Named("scripts")
+	wg.Go(func() {
+		err := retry.Until(bg, retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+			func(ctx context.Context) error {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_, err := reload(lctx, "start")
+				if errors.Is(err, scripts.ErrCompile) {
+					return retry.Stop(err)
+				}
+				return err
+			},
+			func(err error, next time.Duration) {
+				scriptLog.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", next))
+			})
+		if errors.Is(err, scripts.ErrCompile) {
+			scriptLog.Error("scripts do not compile; fix them and reload (SIGHUP)", zap.String("dir", cfg.Scripts.Dir), zap.Error(err))
+		}
+	})
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for {
 			select {
 			case <-bg.Done():
@@ -76,7 +92,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 				}
 			}
 		}
-	}()
+	})
 
 	// The relay runs until the HTTP server has stopped taking buys, then
 	// waits for the confirms it has outstanding (bounded), so that the last
@@ -114,27 +130,4 @@ func shas(list []scripts.Script) map[string]string {
 		m[s.Name] = s.SHA
 	}
 	return m
-}
-
-func loadUntilDone(ctx context.Context, log *zap.Logger, cfg *config.Config, reload func(context.Context, string) ([]scripts.Script, error)) {
-	backoff := 100 * time.Millisecond
-	for {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := reload(lctx, "start")
-		cancel()
-		if err == nil {
-			return
-		}
-		if errors.Is(err, scripts.ErrCompile) {
-			log.Error("scripts do not compile; fix them and reload (SIGHUP)", zap.String("dir", cfg.Scripts.Dir), zap.Error(err))
-			return
-		}
-		log.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", backoff))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
 }
