@@ -11,11 +11,8 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 
-	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
-
-var adminSalesPrefix = []byte("/admin/v1/sales/")
 
 // Bounds of admin inputs, so that no arithmetic in Lua can overflow.
 const (
@@ -23,73 +20,48 @@ const (
 	maxLimit = 1_000_000
 )
 
-// serveAdmin routes the admin listener.
+// serveAdmin routes the admin listener, by adminRoutes.
 func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
-	path := ctx.Path()
-	if string(path) == "/metrics" {
-		if s.method(ctx, fasthttp.MethodGet) {
-			s.serveMetrics(ctx)
-		}
+	path := requestPath(ctx.Request.Header.RequestURI())
+	m := adminRoutes.match(ctx.Method(), path)
+	if m.route == routeMetrics && m.miss.code == 0 {
+		s.serveMetrics(ctx)
 		return
 	}
-	if !bytes.HasPrefix(path, []byte("/admin/")) {
-		write(ctx, replyNotFound)
-		return
-	}
-	if !s.authorized(ctx) {
+	// Every /admin/ request needs the token, also one that matches no
+	// route: without it a caller learns nothing of the routes.
+	if bytes.HasPrefix(path, adminPrefix) && !s.authorized(ctx) {
 		write(ctx, replyUnauthorized)
 		return
 	}
-	if bytes.HasPrefix(path, []byte("/admin/debug/pprof/")) {
-		// Profiles for the operator (behind the token): the same handlers as
-		// net/http/pprof, under /admin/debug/pprof/.
-		ctx.URI().SetPathBytes(path[len("/admin"):])
+	if m.miss.code != 0 {
+		writeMiss(ctx, m)
+		return
+	}
+	switch m.route {
+	case routePprof:
+		// Profiles for the operator (behind the token): the same handlers
+		// as net/http/pprof, under /admin/debug/pprof/.
+		ctx.URI().SetPathBytes(append([]byte("/debug/pprof/"), m.profile...))
 		pprofhandler.PprofHandler(ctx)
-		return
-	}
-	switch string(path) {
-	case "/admin/v1/scripts":
-		if s.method(ctx, fasthttp.MethodGet) {
-			s.writeScripts(ctx, s.loader.Scripts())
-		}
-		return
-	case "/admin/v1/scripts/reload":
-		if s.method(ctx, fasthttp.MethodPost) {
-			s.serveReload(ctx)
-		}
-		return
-	}
-	rest, ok := bytes.CutPrefix(path, adminSalesPrefix)
-	if !ok {
-		write(ctx, replyNotFound)
-		return
-	}
-	saleB, action, _ := bytes.Cut(rest, []byte{'/'})
-	var want string
-	switch string(action) {
-	case "":
-		if bytes.HasSuffix(path, []byte{'/'}) {
-			write(ctx, replyNotFound)
-			return
-		}
-		want = fasthttp.MethodGet
-		if ctx.IsPut() {
-			want = fasthttp.MethodPut
-		}
-	case "restock", "lock", "unlock":
-		want = fasthttp.MethodPost
+	case routeScripts:
+		s.writeScripts(ctx, s.loader.Scripts())
+	case routeReload:
+		s.serveReload(ctx)
+	case routeAdminSale, routeAdminUpsert, routeRestock, routeLock, routeUnlock:
+		s.serveSale(ctx, m)
 	default:
+		// routePay and routeCancel are not served yet: as if the order did
+		// not exist.
 		write(ctx, replyNotFound)
-		return
 	}
-	if !s.method(ctx, want) {
-		return
-	}
-	if !order.ValidID(saleB) {
-		write(ctx, badRequest(badSale))
-		return
-	}
-	sale := string(saleB)
+}
+
+var adminPrefix = []byte("/admin/")
+
+// serveSale serves the admin calls on one sale; the router checked its id.
+func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
+	sale := string(m.sale)
 	rctx, cancel := s.redisCtx()
 	defer cancel()
 	var (
@@ -97,12 +69,10 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		created bool
 		err     error
 	)
-	switch string(action) {
-	case "":
-		if want == fasthttp.MethodGet {
-			v, err = s.store.Sale(rctx, sale)
-			break
-		}
+	switch m.route {
+	case routeAdminSale:
+		v, err = s.store.Sale(rctx, sale)
+	case routeAdminUpsert:
 		u, reason := parseSaleUpdate(ctx.PostBody())
 		if reason != "" {
 			write(ctx, badRequest(reason))
@@ -113,7 +83,7 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 			s.audit(ctx, "sale.upsert", sale, zap.Bool("created", created), zap.Int64("stock", v.Stock),
 				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt))
 		}
-	case "restock":
+	case routeRestock:
 		n, reason := parseRestock(ctx.PostBody())
 		if reason != "" {
 			write(ctx, badRequest(reason))
@@ -123,10 +93,15 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if err == nil {
 			s.audit(ctx, "sale.restock", sale, zap.Int64("quantity", n), zap.Int64("stock", v.Stock))
 		}
-	case "lock", "unlock":
-		v, err = s.store.SetLocked(rctx, sale, string(action) == "lock")
+	case routeLock, routeUnlock:
+		lock := m.route == routeLock
+		v, err = s.store.SetLocked(rctx, sale, lock)
 		if err == nil {
-			s.audit(ctx, "sale."+string(action), sale)
+			what := "sale.unlock"
+			if lock {
+				what = "sale.lock"
+			}
+			s.audit(ctx, what, sale)
 		}
 	}
 	if err != nil {
@@ -137,7 +112,7 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		write(ctx, replyFor(err))
 		return
 	}
-	if want != fasthttp.MethodGet {
+	if m.route != routeAdminSale {
 		// Other gateways learn of the change from its announcement; this one
 		// needs no round trip for it.
 		s.closed.forget(sale)

@@ -73,6 +73,20 @@ func TestMalformedRequests(t *testing.T) {
 		{"create without stock", "PUT", g.admin + "/admin/v1/sales/nostock", `{"per_user_limit":1}`, auth, 400, "bad_request"},
 		{"GET on lock", "GET", adm + "/lock", ``, auth, 405, "method_not_allowed"},
 		{"unknown admin action", "POST", adm + "/explode", ``, auth, 404, "not_found"},
+		// Paths are routed as sent: an escape is no second spelling of an id
+		// ("%6D" is not "m"), and a path with more or less than a route's
+		// segments is no route.
+		{"sale id escaping its letter", "POST", g.base + "/v1/sales/%6D/orders", `{"user_id":"u1"}`, nil, 400, "bad_request"},
+		{"sale view escaping its letter", "GET", g.base + "/v1/sales/%6D", ``, nil, 400, "bad_request"},
+		{"order id with escape", "GET", buy + "/%41", ``, nil, 400, "bad_request"},
+		{"trailing slash on buy", "POST", buy + "/", `{"user_id":"u1"}`, nil, 404, "not_found"},
+		{"trailing segment on order status", "GET", buy + "/x/extra", ``, nil, 404, "not_found"},
+		{"double slash in buy", "POST", g.base + "/v1/sales//m/orders", `{"user_id":"u1"}`, nil, 404, "not_found"},
+		{"admin sale id escaping its letter", "POST", g.admin + "/admin/v1/sales/%6D/lock", ``, auth, 400, "bad_request"},
+		{"admin upsert escaping its letter", "PUT", g.admin + "/admin/v1/sales/%6D", `{"stock":1}`, auth, 400, "bad_request"},
+		{"admin trailing slash", "PUT", adm + "/", `{"stock":1}`, auth, 404, "not_found"},
+		{"admin trailing segment", "POST", adm + "/lock/now", ``, auth, 404, "not_found"},
+		{"pay not served yet", "POST", adm + "/orders/x/pay", ``, auth, 404, "not_found"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {

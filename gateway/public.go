@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -9,13 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
-
-	"github.com/flashgate/flashgate/order"
-)
-
-var (
-	salesPrefix = []byte("/v1/sales/")
-	ordersSeg   = []byte("orders")
 )
 
 // servePublic routes the public listener.
@@ -24,57 +16,44 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		// Keep-alive clients learn to reconnect, to a gateway that stays.
 		ctx.SetConnectionClose()
 	}
-	path := ctx.Path()
-	if rest, ok := bytes.CutPrefix(path, salesPrefix); ok {
-		sale, rest, _ := bytes.Cut(rest, []byte{'/'})
-		switch {
-		case len(rest) == 0 && !bytes.HasSuffix(path, []byte{'/'}):
-			if !s.method(ctx, fasthttp.MethodGet) {
-				return
-			}
-			s.serveSaleView(ctx, sale)
-			return
-		case bytes.Equal(rest, ordersSeg):
-			if !s.method(ctx, fasthttp.MethodPost) {
-				return
-			}
-			s.serveBuy(ctx, sale)
-			return
-		case bytes.HasPrefix(rest, ordersSeg) && len(rest) > len(ordersSeg)+1 && rest[len(ordersSeg)] == '/':
-			if !s.method(ctx, fasthttp.MethodGet) {
-				return
-			}
-			s.serveOrder(ctx, sale, rest[len(ordersSeg)+1:])
-			return
+	m := publicRoutes.match(ctx.Method(), requestPath(ctx.Request.Header.RequestURI()))
+	if m.miss.code != 0 {
+		writeMiss(ctx, m)
+		if m.route == routeBuy {
+			// A buy refused for its sale id counts among the buys, as one
+			// refused for its body does.
+			s.metrics.observeBuy(m.miss.status, time.Now())
 		}
+		return
 	}
-	switch string(path) {
-	case "/healthz", "/livez":
-		if s.method(ctx, fasthttp.MethodGet) {
-			write(ctx, replyOK)
-		}
-	case "/readyz":
-		if s.method(ctx, fasthttp.MethodGet) {
-			s.serveReady(ctx)
-		}
+	switch m.route {
+	case routeBuy:
+		s.serveBuy(ctx, m.sale)
+	case routeSaleView:
+		s.serveSaleView(ctx, m.sale)
+	case routeOrderStatus:
+		s.serveOrder(ctx, m.sale, m.order)
+	case routeHealthz:
+		write(ctx, replyOK)
+	case routeReadyz:
+		s.serveReady(ctx)
 	default:
 		write(ctx, replyNotFound)
 	}
 }
 
-// method answers 405 unless the request has method m (HEAD counts as GET).
-func (s *Server) method(ctx *fasthttp.RequestCtx, m string) bool {
-	got := ctx.Method()
-	if string(got) == m || (m == fasthttp.MethodGet && ctx.IsHead()) {
-		return true
+// writeMiss answers a request the router did not route: 404, 405 (with Allow)
+// or 400 for an id.
+func writeMiss(ctx *fasthttp.RequestCtx, m match) {
+	if m.allow != "" {
+		ctx.Response.Header.Set("Allow", m.allow)
 	}
-	ctx.Response.Header.Set("Allow", m)
-	write(ctx, replyMethodNotAllowed)
-	return false
+	write(ctx, m.miss)
 }
 
-// serveBuy is the hot path: validate, reserve, answer. Nothing here keeps a
-// reference to ctx's buffers past the call: ids are copied into strings.
+// serveBuy is the hot path: validate, reserve, answer. The router checked
+// saleB. Nothing here keeps a reference to ctx's buffers past the call: ids
+// are copied into strings.
 func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
 	start := time.Now()
 	status := s.buy(ctx, saleB, start)
@@ -83,9 +62,6 @@ func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
 
 // buy answers one buy and returns the status it answered.
 func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) string {
-	if !order.ValidID(saleB) {
-		return write(ctx, badRequest(badSale))
-	}
 	req, reason := parseBuy(ctx.PostBody())
 	if reason != "" {
 		return write(ctx, badRequest(reason))
@@ -150,11 +126,8 @@ func (s *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) str
 	return write(ctx, replyUnavailable)
 }
 
+// serveSaleView answers the public sale view; the router checked saleB.
 func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
-	if !order.ValidID(saleB) {
-		write(ctx, badRequest(badSale))
-		return
-	}
 	rctx, cancel := s.redisCtx()
 	v, err := s.store.Sale(rctx, string(saleB))
 	cancel()
@@ -195,11 +168,8 @@ func appendTime(b []byte, ms int64) []byte {
 	return append(b, '"')
 }
 
+// serveOrder answers an order's status; the router checked both ids.
 func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte) {
-	if !order.ValidID(saleB) || !order.ValidID(orderB) {
-		write(ctx, badRequest(badOrder))
-		return
-	}
 	rctx, cancel := s.redisCtx()
 	o, err := s.store.Order(rctx, string(saleB), string(orderB))
 	cancel()
