@@ -53,12 +53,17 @@ type Cache struct {
 
 // HTTP configures the public listener.
 type HTTP struct {
-	Addr          string
-	MaxBodyBytes  int
-	ReadTimeout   time.Duration
-	WriteTimeout  time.Duration
-	IdleTimeout   time.Duration
-	MaxConns      int
+	Addr         string
+	MaxBodyBytes int
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+	// MaxConns caps the public listener's open connections; 0 derives the
+	// cap from the open-file limit (gateway.New does, at start).
+	MaxConns int
+	// MaxConnsPerIP caps one client address's (IPv6: one /64's) open
+	// connections on the public listener; 0 turns the limit off.
+	MaxConnsPerIP int
 	MaxHeaderSize int
 }
 

@@ -9,14 +9,17 @@ import (
 	"github.com/flashgate/flashgate/config"
 )
 
-var update = flag.Bool("update", false, "rewrite the settings table in ../README.md")
+// settingsDoc is the operator's page that holds the settings table.
+const settingsDoc = "../docs/settings.md"
+
+var update = flag.Bool("update", false, "rewrite the settings table in "+settingsDoc)
 
 const (
-	tableBegin = "<!-- settings:begin (generated from config/settings.go: go test ./config -run TestREADMESettings -update) -->\n"
+	tableBegin = "<!-- settings:begin (generated from config/settings.go: go test ./config -run TestSettingsDoc -update) -->\n"
 	tableEnd   = "<!-- settings:end -->\n"
 )
 
-// settingsTable renders the README's table of settings from the code.
+// settingsTable renders the documentation's table of settings from the code.
 func settingsTable() string {
 	var b strings.Builder
 	b.WriteString("| variable | YAML key | default | meaning |\n| --- | --- | --- | --- |\n")
@@ -30,17 +33,20 @@ func settingsTable() string {
 	return b.String()
 }
 
-// The README's settings table is the code's: a setting added, renamed or
-// given another default fails this test until the README says so.
-func TestREADMESettings(t *testing.T) {
-	raw, err := os.ReadFile("../README.md")
+// The settings table of docs/settings.md is the code's: a setting added,
+// renamed or given another default fails this test until the page says so.
+func TestSettingsDoc(t *testing.T) {
+	raw, err := os.ReadFile(settingsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(raw)
 	i, j := strings.Index(doc, tableBegin), strings.Index(doc, tableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("README.md has no settings table between %q and %q", tableBegin, tableEnd)
+		t.Fatalf("%s has no settings table between %q and %q", settingsDoc, tableBegin, tableEnd)
+	}
+	if strings.Count(doc, tableBegin) != 1 || strings.Count(doc, tableEnd) != 1 {
+		t.Fatalf("%s must hold exactly one settings table", settingsDoc)
 	}
 	want := settingsTable()
 	got := doc[i+len(tableBegin) : j]
@@ -48,10 +54,26 @@ func TestREADMESettings(t *testing.T) {
 		return
 	}
 	if *update {
-		if err := os.WriteFile("../README.md", []byte(doc[:i+len(tableBegin)]+want+doc[j:]), 0o644); err != nil {
+		if err := os.WriteFile(settingsDoc, []byte(doc[:i+len(tableBegin)]+want+doc[j:]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's settings table differs from config/settings.go; run\n  go test ./config -run TestREADMESettings -update\nwant:\n%s", want)
+	t.Errorf("%s's settings table differs from config/settings.go; run\n  go test ./config -run TestSettingsDoc -update\nwant:\n%s", settingsDoc, want)
+}
+
+// The README sends operators to docs/settings.md and holds no second table
+// that could drift from it.
+func TestREADMEHasNoSettingsTable(t *testing.T) {
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	if strings.Contains(readme, "settings:begin") {
+		t.Error("README.md holds a settings table; it belongs in " + settingsDoc)
+	}
+	if !strings.Contains(readme, "docs/settings.md") {
+		t.Error("README.md does not link docs/settings.md")
+	}
 }

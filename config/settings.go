@@ -21,13 +21,13 @@ type setting struct {
 	get                func(c *Config) string
 }
 
-// Setting describes one setting for documentation (the README's table is
-// checked against these).
+// Setting describes one setting for documentation (the table in
+// docs/settings.md is checked against these).
 type Setting struct {
 	Env, Key, Default, Doc string
 }
 
-// Settings lists every setting in the order of the README's table.
+// Settings lists every setting in the order of docs/settings.md's table.
 func Settings() []Setting {
 	out := make([]Setting, len(settings))
 	for i, s := range settings {
@@ -143,8 +143,26 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.HTTP.WriteTimeout }),
 	durSetting("FLASHGATE_HTTP_IDLE_TIMEOUT", "http.idle_timeout", "60s", "keep-alive connections idle longer are closed", 10*time.Millisecond, time.Hour,
 		func(c *Config) *time.Duration { return &c.HTTP.IdleTimeout }),
-	intSetting("FLASHGATE_HTTP_MAX_CONNS", "http.max_conns", "100000", "concurrent connections of each listener", 16, 10_000_000,
-		func(c *Config) *int { return &c.HTTP.MaxConns }),
+	{env: "FLASHGATE_HTTP_MAX_CONNS", key: "http.max_conns", def: "0",
+		doc: "open connections of the public listener; one more is answered 503 unavailable (Retry-After) and closed. " +
+			"0 (the default): derived from the open-file limit (raised to its hard limit at start) less a reserve for " +
+			"Redis (redis.pool_size per address), RabbitMQ and log files, and less the admin listener's cap (an eighth of the rest, 16 to 1024); " +
+			"a value above the derived one is lowered to it, with a warning, so that a flood is refused in JSON rather than running the process out of files",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 || n > 10_000_000 || (n > 0 && n < 16) {
+				return fmt.Errorf("%q: want 0 (derived from the open-file limit) or a whole number from 16 to 10000000", v)
+			}
+			c.HTTP.MaxConns = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(c.HTTP.MaxConns) }},
+	intSetting("FLASHGATE_HTTP_MAX_CONNS_PER_IP", "http.max_conns_per_ip", "0",
+		"open connections of one client address (IPv6: one /64) on the public listener; one more is answered 429 rate_limited (Retry-After) and closed, "+
+			"other clients unaffected. 0 (the default): off, because behind a load balancer every buyer arrives from the balancer's few addresses "+
+			"and a per-address cap would throttle the balancer itself; set it (e.g. 64) on a gateway that buyers reach directly. "+
+			"Only the TCP peer counts, never X-Forwarded-For, which a client can forge", 0, 1_000_000,
+		func(c *Config) *int { return &c.HTTP.MaxConnsPerIP }),
 	intSetting("FLASHGATE_HTTP_MAX_HEADER_BYTES", "http.max_header_bytes", "8192", "request header size limit", 1024, 1<<20,
 		func(c *Config) *int { return &c.HTTP.MaxHeaderSize }),
 	{env: "FLASHGATE_LOG_LEVEL", key: "log.level", def: "info", doc: "debug, info, warn or error",

@@ -58,7 +58,8 @@ type Server struct {
 	draining atomic.Bool
 
 	public, admin     *fasthttp.Server
-	publicLn, adminLn net.Listener
+	publicLn, adminLn *limitedListener
+	nofile            uint64 // the open-file limit the caps were derived from; 0: unlimited
 	closeOnce         sync.Once
 }
 
@@ -93,19 +94,54 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
 	}
-	s.public = s.newHTTPServer("public", s.servePublic)
-	s.admin = s.newHTTPServer("admin", s.serveAdmin)
-	if s.publicLn, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
+	publicCap, adminCap := s.deriveConnCaps()
+	s.public = s.newHTTPServer("public", s.servePublic, publicCap)
+	s.admin = s.newHTTPServer("admin", s.serveAdmin, adminCap)
+	pub, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
 		return nil, fmt.Errorf("gateway: public listener: %w", err)
 	}
-	if s.adminLn, err = net.Listen("tcp", cfg.Admin.Addr); err != nil {
-		s.publicLn.Close()
+	adm, err := net.Listen("tcp", cfg.Admin.Addr)
+	if err != nil {
+		pub.Close()
 		return nil, fmt.Errorf("gateway: admin listener: %w", err)
 	}
+	s.publicLn = newLimitedListener(pub, "public", publicCap, cfg.HTTP.MaxConnsPerIP, s.log)
+	// The admin listener is private: no per-client limit, the few clients
+	// there are (operators, Prometheus) share its cap.
+	s.adminLn = newLimitedListener(adm, "admin", adminCap, 0, s.log)
+	s.metrics.set.RegisterMetricsWriter(func(w io.Writer) { writeConnMetrics(w, s.publicLn, s.adminLn) })
 	return s, nil
 }
 
-func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler) *fasthttp.Server {
+// deriveConnCaps raises the open-file limit and works out both listeners' caps
+// from it, so that a flood of connections is refused in JSON by the
+// listener before the process runs out of descriptors. An http.max_conns
+// above what the limit allows is lowered to it.
+func (s *Server) deriveConnCaps() (public, admin int) {
+	nofile := raiseOpenFileLimit()
+	nodes := len(s.cfg.Redis.Addrs)
+	// A pool per node, and a pub/sub connection for the sale announcements.
+	public, admin = connCaps(nofile, nodes*s.cfg.Redis.PoolSize+nodes)
+	if c := s.cfg.HTTP.MaxConns; c > public {
+		s.log.Warn("http.max_conns is above what the open-file limit allows; lowered (raise the hard limit, e.g. LimitNOFILE in systemd)",
+			zap.Int("configured", c), zap.Int("used", public), zap.Uint64("open_file_limit", nofile))
+	} else if c > 0 {
+		public = c
+	}
+	s.nofile = nofile
+	return public, admin
+}
+
+// newHTTPServer builds one listener's fasthttp server. Every answer
+// fasthttp writes on its own goes through serveError, so that it is the
+// contract's JSON: refusing a connection is the listener's job, and the
+// hooks with which fasthttp would answer by itself (ContinueHandler and
+// ExpectHandler: a bare 417) stay unset. Its Concurrency is only a backstop,
+// set well above the listener's cap: the listener admits at most maxConns
+// connections, but a worker may still be on its way back to fasthttp's
+// pool after its connection closed, and fasthttp's refusal is text/plain.
+func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler, maxConns int) *fasthttp.Server {
 	c := s.cfg.HTTP
 	return &fasthttp.Server{
 		Name:                          "flashgate",
@@ -116,7 +152,7 @@ func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler) *fasthttp
 		IdleTimeout:                   c.IdleTimeout,
 		MaxRequestBodySize:            c.MaxBodyBytes,
 		ReadBufferSize:                c.MaxHeaderSize,
-		Concurrency:                   c.MaxConns,
+		Concurrency:                   maxConns + max(maxConns, 1024),
 		CloseOnShutdown:               true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
@@ -156,7 +192,9 @@ func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()
 	go func() { errc <- s.admin.Serve(s.adminLn) }()
-	s.log.Info("listening", zap.String("public", s.Addr()), zap.String("admin", s.AdminAddr()))
+	s.log.Info("listening", zap.String("public", s.Addr()), zap.String("admin", s.AdminAddr()),
+		zap.Int64("max_conns", s.publicLn.max), zap.Int("max_conns_per_ip", s.publicLn.perIP),
+		zap.Int64("admin_max_conns", s.adminLn.max), zap.Uint64("open_file_limit", s.nofile))
 
 	select {
 	case err := <-errc:
