@@ -3,7 +3,8 @@
 #   make up / down  start / stop Redis, RabbitMQ, MariaDB on 127.0.0.1 (data in .run/)
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make test       up + the whole test suite
-#   make check      gofmt, go vet, staticcheck, then up + tests (shuffled)
+#   make lint       gofmt, go vet, staticcheck (no services needed)
+#   make check      lint, then up + tests (shuffled, race detector)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
@@ -22,7 +23,7 @@ TEST_TIMEOUT ?= 30m
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down run test check bench clean
+.PHONY: build up down run test lint check bench clean
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -43,11 +44,14 @@ run: up build
 test: up
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-check: $(STATICCHECK)
+# The lint half of `make check`, which .ci/run runs before `make test`.
+lint: $(STATICCHECK)
 	@unformatted=$$(find . -name '*.go' -not -path './.run/*' -not -path './.git/*' -not -path './bin/*' -print0 | xargs -0 -r gofmt -l); \
 	if [[ -n $$unformatted ]]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+
+check: lint
 	@deploy/local/up.sh
 	$(GO) test -race -shuffle=on -count=1 -timeout $(TEST_TIMEOUT) ./...
 

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,20 +17,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
 const testToken = "bench-test-token-0123456789"
-
-func redisAddr() string {
-	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
-		return strings.Split(a, ",")[0]
-	}
-	return "127.0.0.1:6379"
-}
 
 // testGateway is a gateway running in this process.
 type testGateway struct {
@@ -42,16 +32,14 @@ type testGateway struct {
 }
 
 // startGateway runs a gateway in this process on 127.0.0.1:0 against the
-// Redis of `make up`, with a key prefix of its own; it stops it and deletes
-// its keys when the test ends.
+// Redis of `make up`, with a key prefix of its own (localstack.Isolated);
+// it stops it and deletes its keys when the test ends.
 func startGateway(t *testing.T) *testGateway {
 	t.Helper()
-	cfg := config.Default()
+	cfg := localstack.Isolated(t)
 	cfg.HTTP.Addr = "127.0.0.1:0"
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = testToken
-	cfg.Redis.Addrs = []string{redisAddr()}
-	cfg.Redis.KeyPrefix = "tb" + localstack.RandomHex(6)
 	cfg.Shutdown.DrainDelay = 0
 	cfg.Shutdown.Timeout = 5 * time.Second
 	rdb := redis.NewClient(&redis.Options{
@@ -85,36 +73,10 @@ func startGateway(t *testing.T) *testGateway {
 		case <-time.After(10 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
-		if err := deleteKeys(rdb, cfg.Redis.KeyPrefix+":*"); err != nil {
-			t.Logf("delete keys: %v", err)
-		}
 		rdb.Close()
 	})
 	return &testGateway{public: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}}
-}
-
-// deleteKeys deletes every key matching pattern.
-func deleteKeys(rdb redis.UniversalClient, pattern string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-				return err
-			}
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-			return err
-		}
-	}
-	return iter.Err()
 }
 
 func logReport(t *testing.T, rep *Report) {

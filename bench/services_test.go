@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/internal/localstack"
-
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // The real services of `make up`, shared by the tests and benchmarks of
@@ -56,11 +54,7 @@ var (
 func testDatabase(tb testing.TB) (*sql.DB, string) {
 	tb.Helper()
 	dbOnce.Do(func() {
-		dsn := os.Getenv("FLASHGATE_MYSQL_DSN")
-		if dsn == "" {
-			dsn = config.Default().MySQL.DSN
-		}
-		c, err := mysql.ParseDSN(dsn)
+		c, err := mysql.ParseDSN(localstack.MySQLDSN)
 		if err != nil {
 			dbErr = err
 			return
@@ -162,7 +156,7 @@ var (
 func benchRedis(tb testing.TB) (*redis.Client, string) {
 	tb.Helper()
 	redisOnce.Do(func() {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: contenders + 4, MinIdleConns: contenders,
+		rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr, PoolSize: contenders + 4, MinIdleConns: contenders,
 			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -172,14 +166,16 @@ func benchRedis(tb testing.TB) (*redis.Client, string) {
 		}
 		redisClient, redisPrefix = rdb, "bs"+localstack.RandomHex(6)
 		atExit = append(atExit, func() {
-			if err := deleteKeys(rdb, redisPrefix+":*"); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := localstack.DeleteKeys(ctx, rdb, redisPrefix); err != nil {
 				fmt.Fprintf(os.Stderr, "delete keys %s:*: %v\n", redisPrefix, err)
 			}
 			rdb.Close()
 		})
 	})
 	if redisErr != nil {
-		unavailable(tb, "Redis at %s: %v (run `make up`)", redisAddr(), redisErr)
+		unavailable(tb, "Redis at %s: %v (run `make up`)", localstack.RedisAddr, redisErr)
 	}
 	return redisClient, redisPrefix
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/gateway"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -204,11 +205,7 @@ func benchLua(b *testing.B) {
 	if _, _, err := store.Upsert(ctx, sale, gateway.SaleUpdate{Stock: &stock, Limit: &limit}); err != nil {
 		b.Fatalf("create sale: %v", err)
 	}
-	defer func() {
-		if err := deleteKeys(rdb, prefix+":{"+sale+"}:*"); err != nil {
-			b.Logf("delete keys: %v", err)
-		}
-	}()
+	defer localstack.DropKeys(b, rdb, prefix+":{"+sale+"}")
 	contend(b, func(ctx context.Context, ticket int) (int, error) {
 		id := strconv.Itoa(ticket)
 		rs := [1]gateway.Reservation{{OrderID: "o" + id, UserID: "u" + id, Quantity: 1}}

@@ -1,6 +1,7 @@
 // Package consumer writes the orders that RabbitMQ delivers into MySQL,
-// exactly once in effect, and owns the MySQL schema and the reconciliation of
-// a sale between Redis and MySQL.
+// exactly once in effect: connect, read, write, acknowledge. The schema and
+// the writer are package orderdb's; the consumer decides what is written
+// when, and what is acknowledged, retried or dead-lettered.
 //
 // A consumer takes deliveries with manual acknowledgement and a prefetch
 // window, gathers them into batches (up to consumer.batch_size, or whatever
@@ -22,12 +23,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -35,6 +36,7 @@ import (
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -53,7 +55,7 @@ const (
 
 // Deps are the consumer's collaborators.
 type Deps struct {
-	DB *sql.DB // required; see OpenDB
+	DB *sql.DB // required; see orderdb.Open
 	// Redis and Loader mark orders created for status polling; when Redis
 	// is nil nothing is marked.
 	Redis  redis.UniversalClient
@@ -62,7 +64,8 @@ type Deps struct {
 	// Name prefixes the consumer tags; empty: host-pid-random.
 	Name string
 	// ObserveWrite, when set, is called after each committed transaction
-	// with its number of orders and how long writing it took (for metrics).
+	// with its number of orders and how long writing it took, besides the
+	// consumer's own histograms (see WriteMetrics).
 	ObserveWrite func(orders int, took time.Duration)
 }
 
@@ -95,23 +98,21 @@ type Consumer struct {
 	keys     scripts.Keys
 	log      *zap.Logger
 	name     string
+	loop     broker.Loop
 
 	started atomic.Bool
 	seq     int
 
 	deliveries, inserted, duplicates, batches, deadLettered, dbErrors atomic.Uint64
-	ackErrors, reconnects, marked, markErrors, markDropped            atomic.Uint64
-	redelivered                                                       atomic.Uint64
-	observe                                                           func(orders int, took time.Duration)
-	connected                                                         atomic.Bool
+	ackErrors, marked, markErrors, markDropped, redelivered           atomic.Uint64
+
+	observe           func(orders int, took time.Duration)
+	metrics           *metrics.Set
+	batchSize, insert *metrics.PrometheusHistogram
 }
 
-// ErrSchemaNewer is returned by Run when the database's schema is newer than
-// this binary: an old consumer must not write into it.
-var ErrSchemaNewer = errors.New("schema newer than this binary")
-
-// New validates the settings and returns a consumer. It connects to nothing
-// until Run.
+// New validates the settings and returns a consumer, or an error saying
+// which setting or dependency is missing. It connects to nothing until Run.
 func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 	if deps.DB == nil {
 		return nil, errors.New("consumer: no database")
@@ -131,13 +132,9 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 	}
 	name := deps.Name
 	if name == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "consumer"
-		}
-		name = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(uint64(time.Now().UnixNano())&0xffffff, 36)
+		name = broker.InstanceName("consumer")
 	}
-	return &Consumer{
+	c := &Consumer{
 		cfg:      cfg.Consumer,
 		amqp:     cfg.AMQP,
 		shutdown: cfg.Shutdown.Timeout,
@@ -148,7 +145,16 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 		log:      log,
 		name:     name,
 		observe:  deps.ObserveWrite,
-	}, nil
+		loop: broker.Loop{
+			AMQP:    cfg.AMQP,
+			Name:    "flashgate consumer " + name,
+			Log:     log,
+			Backoff: retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+			Lost:    "unacknowledged deliveries go back to the queue",
+		},
+	}
+	c.newMetrics()
+	return c, nil
 }
 
 // Stats returns the counters. It is safe for concurrent use.
@@ -162,11 +168,11 @@ func (c *Consumer) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(),
 		DBErrors:     c.dbErrors.Load(),
 		AckErrors:    c.ackErrors.Load(),
-		Reconnects:   c.reconnects.Load(),
+		Reconnects:   c.loop.Reconnects(),
 		Marked:       c.marked.Load(),
 		MarkErrors:   c.markErrors.Load(),
 		MarkDropped:  c.markDropped.Load(),
-		Connected:    c.connected.Load(),
+		Connected:    c.loop.Connected(),
 	}
 }
 
@@ -175,8 +181,8 @@ func (c *Consumer) Stats() Stats {
 // ends it cancels its subscription, writes, commits and acknowledges every
 // delivery already received, and returns nil; shutdown.timeout bounds that
 // (what is not acknowledged by then goes back to the queue). It returns an
-// error wrapping ErrSchemaNewer when the database is newer than the binary,
-// or when called twice.
+// error wrapping orderdb.ErrSchemaNewer when the database is newer than the
+// binary, or an error when called twice.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -202,63 +208,38 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 
-	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	sessions := 0
-	for ctx.Err() == nil {
-		s, err := broker.Open(ctx, c.amqp, "flashgate consumer "+c.name)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			d := bo.Next()
-			c.log.Warn("cannot connect to RabbitMQ", zap.Error(err), zap.Duration("retry_in", d))
-			retry.Sleep(ctx, d)
-			continue
-		}
-		if s.Warning != "" {
-			c.log.Warn(s.Warning)
-		}
-		if sessions++; sessions > 1 {
-			c.reconnects.Add(1)
-			c.log.Info("reconnected to RabbitMQ")
-		}
-		c.connected.Store(true)
-		err = c.session(ctx, hard, s, marks, &bo)
-		c.connected.Store(false)
-		_ = s.Close()
-		if ctx.Err() != nil {
-			break
-		}
-		d := bo.Next()
-		c.log.Warn("RabbitMQ session ended; unacknowledged deliveries go back to the queue", zap.Error(err), zap.Duration("retry_in", d))
-		retry.Sleep(ctx, d)
-	}
+	c.loop.Run(ctx, func(ctx context.Context, s *broker.Session) error {
+		return c.session(ctx, hard, s, marks)
+	})
 	return nil
 }
 
-// migrate runs Migrate until it succeeds: MySQL may not be up yet.
+// migrate runs orderdb.Migrate until it succeeds: MySQL may not be up yet.
+// It returns nil when ctx ends first (Run then has nothing to consume).
 func (c *Consumer) migrate(ctx context.Context) error {
-	bo := retry.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		mctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		err := Migrate(mctx, c.db)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err == nil || errors.Is(err, ErrSchemaNewer):
+	err := retry.Until(ctx, retry.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second},
+		func(ctx context.Context) error {
+			mctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			err := orderdb.Migrate(mctx, c.db)
+			if errors.Is(err, orderdb.ErrSchemaNewer) {
+				return retry.Stop(err)
+			}
 			return err
-		}
-		d := bo.Next()
-		c.log.Warn("cannot migrate the schema yet; retrying", zap.Error(err), zap.Duration("retry_in", d))
-		if !retry.Sleep(ctx, d) {
-			return nil
-		}
+		},
+		func(err error, d time.Duration) {
+			c.log.Warn("cannot migrate the schema yet; retrying", zap.Error(err), zap.Duration("retry_in", d))
+		})
+	if ctx.Err() != nil {
+		return nil
 	}
+	return err
 }
 
-// session consumes on one RabbitMQ session until it breaks or ctx ends.
-func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark, bo *retry.Backoff) error {
+// session consumes on one RabbitMQ session until it breaks or ctx ends. Its
+// handled batches mark the session served, so that the next one starts the
+// backoff over.
+func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark) error {
 	ch := s.Channel
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("consumer: qos: %w", err)
@@ -271,19 +252,22 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 	}
 
 	// Past the shutdown deadline nothing may block on the session.
+	stop := context.AfterFunc(hard, func() { _ = s.Close() })
+	defer stop()
+	// held ends when the deliveries in hand can no longer be acknowledged:
+	// the session is lost (the broker has taken them back) or closed at the
+	// shutdown deadline. A write waiting to retry gives up then.
+	held, release := context.WithCancel(hard)
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		select {
-		case <-stop:
-		case <-hard.Done():
-			_ = s.Close()
+		case <-s.Done():
+		case <-held.Done():
 		}
-	}()
+		release()
+	})
 	defer func() {
-		close(stop)
+		release()
 		wg.Wait()
 	}()
 
@@ -291,13 +275,13 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 	for {
 		batch, open := c.collect(ctx, deliveries, !cancelled)
 		if len(batch) > 0 {
-			if !c.handle(hard, s, batch, marks) {
+			if !c.handle(hard, held, s, batch, marks) {
 				// Not committed, not acknowledged: end the session so
 				// that no later acknowledgement (multiple) covers
 				// these deliveries; RabbitMQ delivers them again.
 				return errGaveUp
 			}
-			bo.Reset()
+			s.Served()
 		}
 		if !open {
 			if cancelled {
@@ -371,8 +355,9 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery,
 
 // handle writes one batch and acknowledges it. It reports whether the batch
 // was committed. When it was not (shutdown deadline, lost session), nothing
-// is acknowledged and RabbitMQ delivers the messages again.
-func (c *Consumer) handle(hard context.Context, s *broker.Session, batch []amqp.Delivery, marks chan<- mark) bool {
+// is acknowledged and RabbitMQ delivers the messages again. hard bounds the
+// writes, held the waits between their retries (see writeRetry).
+func (c *Consumer) handle(hard, held context.Context, s *broker.Session, batch []amqp.Delivery, marks chan<- mark) bool {
 	c.deliveries.Add(uint64(len(batch)))
 	orders := make([]order.Order, 0, len(batch))
 	good := make([]amqp.Delivery, 0, len(batch))
@@ -391,7 +376,7 @@ func (c *Consumer) handle(hard context.Context, s *broker.Session, batch []amqp.
 	if len(orders) == 0 {
 		return true
 	}
-	written, ok := c.write(hard, s, orders, good)
+	written, ok := c.write(hard, held, s, orders, good)
 	if !ok {
 		return false
 	}
@@ -449,26 +434,26 @@ var errGaveUp = errors.New("consumer: write abandoned")
 // false only for an order MySQL refuses as data, which is dead-lettered
 // here. ok is false when the batch was abandoned (see writeRetry); then
 // nothing of it may be acknowledged.
-func (c *Consumer) write(hard context.Context, s *broker.Session, orders []order.Order, ds []amqp.Delivery) (written []bool, ok bool) {
+func (c *Consumer) write(hard, held context.Context, s *broker.Session, orders []order.Order, ds []amqp.Delivery) (written []bool, ok bool) {
 	written = make([]bool, len(orders))
-	err := c.writeRetry(hard, s, orders)
+	err := c.writeRetry(hard, held, orders)
 	if err == nil {
 		for i := range written {
 			written[i] = true
 		}
 		return written, true
 	}
-	if !isDataError(err) {
+	if !orderdb.IsDataError(err) {
 		return nil, false
 	}
 	// One order spoils the batch: write them one by one, to dead-letter
 	// only the ones MySQL refuses.
 	for i, o := range orders {
-		err := c.writeRetry(hard, s, []order.Order{o})
+		err := c.writeRetry(hard, held, []order.Order{o})
 		switch {
 		case err == nil:
 			written[i] = true
-		case isDataError(err):
+		case orderdb.IsDataError(err):
 			c.deadLetter(s, ds[i], err)
 		default:
 			return nil, false
@@ -477,51 +462,49 @@ func (c *Consumer) write(hard context.Context, s *broker.Session, orders []order
 	return written, true
 }
 
-// writeRetry runs WriteOrders until it succeeds, MySQL refuses the data
-// (returned at once: no retry can fix it), the session is lost or the
-// shutdown deadline passes (both errGaveUp). Other failures — a lost
-// connection, a server restart, a deadlock — are retried with backoff.
-func (c *Consumer) writeRetry(hard context.Context, s *broker.Session, orders []order.Order) error {
-	bo := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		start := time.Now()
-		w, err := WriteOrders(hard, c.db, orders)
-		if err == nil {
-			c.count(w)
-			if c.observe != nil {
-				c.observe(len(orders), time.Since(start))
+// writeRetry runs orderdb.WriteOrders until it succeeds, MySQL refuses the
+// data (returned at once: no retry can fix it), or held ends: the session is
+// lost (the broker has taken the deliveries back; another consumer, or this
+// one reconnected, gets them again) or the shutdown deadline passed; both
+// return errGaveUp. Other failures (a lost connection, a server restart, a
+// deadlock) are retried with backoff. A write under way is bounded by hard
+// only: a session lost meanwhile does not abort a transaction that may
+// commit, which is harmless (a redelivery finds the rows).
+func (c *Consumer) writeRetry(hard, held context.Context, orders []order.Order) error {
+	err := retry.Until(held, retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		func(context.Context) error {
+			start := time.Now()
+			w, err := orderdb.WriteOrders(hard, c.db, orders)
+			if err == nil {
+				c.count(w, len(orders), time.Since(start))
+				return nil
 			}
-			return nil
-		}
-		if isDataError(err) {
+			if orderdb.IsDataError(err) {
+				return retry.Stop(err)
+			}
+			c.dbErrors.Add(1)
 			return err
-		}
-		c.dbErrors.Add(1)
-		if hard.Err() != nil {
-			return errGaveUp
-		}
-		d := bo.Next()
-		c.log.Warn("cannot write to MySQL; retrying, nothing is acknowledged meanwhile",
-			zap.Int("orders", len(orders)), zap.Error(err), zap.Duration("retry_in", d))
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-hard.Done():
-			t.Stop()
-			return errGaveUp
-		case <-s.Done():
-			// The broker has taken the deliveries back; another
-			// consumer (or this one, reconnected) gets them again.
-			t.Stop()
-			return errGaveUp
-		}
+		},
+		func(err error, d time.Duration) {
+			c.log.Warn("cannot write to MySQL; retrying, nothing is acknowledged meanwhile",
+				zap.Int("orders", len(orders)), zap.Error(err), zap.Duration("retry_in", d))
+		})
+	if err == nil || orderdb.IsDataError(err) {
+		return err
 	}
+	return errGaveUp
 }
 
-func (c *Consumer) count(w Written) {
+// count records one committed transaction of n orders that took took.
+func (c *Consumer) count(w orderdb.Written, n int, took time.Duration) {
 	c.batches.Add(1)
 	c.inserted.Add(uint64(w.Inserted))
 	c.duplicates.Add(uint64(w.Duplicates))
+	c.batchSize.Update(float64(n))
+	c.insert.Update(took.Seconds())
+	if c.observe != nil {
+		c.observe(n, took)
+	}
 }
 
 // mark is one batch's orders of one sale, to mark created in Redis.
@@ -539,21 +522,23 @@ func (c *Consumer) marker(ctx context.Context, marks <-chan mark) {
 			c.markErrors.Add(uint64(len(m.ids)))
 			continue
 		}
-		bo := retry.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
-		for try := 1; ; try++ {
-			err := c.mark(ctx, m)
-			if err == nil {
-				c.marked.Add(uint64(len(m.ids)))
-				break
-			}
-			if try == markTries || ctx.Err() != nil {
-				c.markErrors.Add(uint64(len(m.ids)))
-				c.log.Warn("cannot mark orders created; status polling says queued for them",
-					zap.String("sale", m.sale), zap.Int("orders", len(m.ids)), zap.Error(err))
-				break
-			}
-			retry.Sleep(ctx, bo.Next())
+		tries := 0
+		err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: time.Second},
+			func(ctx context.Context) error {
+				tries++
+				err := c.mark(ctx, m)
+				if err != nil && tries == markTries {
+					return retry.Stop(err)
+				}
+				return err
+			}, nil)
+		if err != nil {
+			c.markErrors.Add(uint64(len(m.ids)))
+			c.log.Warn("cannot mark orders created; status polling says queued for them",
+				zap.String("sale", m.sale), zap.Int("orders", len(m.ids)), zap.Error(err))
+			continue
 		}
+		c.marked.Add(uint64(len(m.ids)))
 	}
 }
 
@@ -583,20 +568,17 @@ func (c *Consumer) mark(ctx context.Context, m mark) error {
 // the returned cancel is called.
 func graceAfter(parent context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	hard, cancel := context.WithCancel(context.WithoutCancel(parent))
-	var mu sync.Mutex
-	var t *time.Timer
 	stop := context.AfterFunc(parent, func() {
-		mu.Lock()
-		t = time.AfterFunc(grace, cancel)
-		mu.Unlock()
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-hard.Done():
+		}
 	})
 	return hard, func() {
 		stop()
-		mu.Lock()
-		if t != nil {
-			t.Stop()
-		}
-		mu.Unlock()
 		cancel()
 	}
 }

@@ -1,116 +1,27 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
-	"errors"
-	"math/rand/v2"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate/broker"
-	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
+	"github.com/flashgate/flashgate/scripts"
 )
 
-func TestWriteOrdersIdempotent(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	a := orders("a", 10)
-	b := orders("b", 4)
-	unitsOf := func(os ...[]order.Order) (u int64) {
-		for _, l := range os {
-			for _, o := range l {
-				u += int64(o.Quantity)
-			}
-		}
-		return u
-	}
-	more := orders("a", 5)
-	tests := []struct {
-		name                 string
-		batch                []order.Order
-		inserted, duplicates int
-		rowsA, unitsA, ordsA int64
-	}{
-		{"new orders", a, 10, 0, 10, unitsOf(a), 10},
-		{"the same again", a, 0, 10, 10, unitsOf(a), 10},
-		{"half old, half new", append(append([]order.Order{}, a[:5]...), more...), 5, 5, 15, unitsOf(a, more), 15},
-		{"repeated inside one batch", []order.Order{a[0], a[0], more[0]}, 0, 3, 15, unitsOf(a, more), 15},
-		{"two sales at once", append(append([]order.Order{}, b...), a[9]), 4, 1, 15, unitsOf(a, more), 15},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			w, err := WriteOrders(ctx, e.db, tt.batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if w.Inserted != tt.inserted || w.Duplicates != tt.duplicates {
-				t.Fatalf("wrote %+v, want %d inserted, %d duplicates", w, tt.inserted, tt.duplicates)
-			}
-			rows, units, lu, lo := e.totals("a")
-			if rows != tt.rowsA || units != tt.unitsA || lu != units || lo != rows || lo != tt.ordsA {
-				t.Fatalf("sale a: rows %d units %d, ledger %d units %d orders; want rows %d units %d", rows, units, lu, lo, tt.rowsA, tt.unitsA)
-			}
-		})
-	}
-	rows, units, lu, lo := e.totals("b")
-	if rows != 4 || units != unitsOf(b) || lu != units || lo != 4 {
-		t.Fatalf("sale b: rows %d units %d, ledger %d/%d", rows, units, lu, lo)
-	}
-}
-
-// TestWriteOrdersConcurrent has writers race on overlapping batches, as
-// duplicates on the broker and redeliveries make consumers do.
-func TestWriteOrdersConcurrent(t *testing.T) {
-	e := newEnv(t)
-	all := orders("s", 2000)
-	var want int64
-	for _, o := range all {
-		want += int64(o.Quantity)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 1))
-			mine := append([]order.Order(nil), all...)
-			r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
-			for i := 0; i < len(mine); i += 100 {
-				for {
-					_, err := WriteOrders(context.Background(), e.db, mine[i:i+100])
-					if err == nil {
-						break
-					}
-					if !strings.Contains(err.Error(), "Deadlock") {
-						errs <- err
-						return
-					}
-					// A deadlock is an ordinary, retried failure.
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	rows, units, lu, lo := e.totals("s")
-	if rows != 2000 || units != want || lu != want || lo != 2000 {
-		t.Fatalf("rows %d units %d ledger %d/%d; want 2000 rows, %d units", rows, units, lu, lo, want)
-	}
-}
-
+// TestConsumerIdempotentAndMarks guards Invariant 3 (every 202 becomes
+// exactly one MySQL row) where RabbitMQ delivers an order twice: one row,
+// counted once in the ledger, then marked created for status polling. The
+// consumer's metrics say the same.
 func TestConsumerIdempotentAndMarks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	os := orders("s", 3)
+	os := orderdbtest.Orders("s", 3)
 	for _, o := range os {
-		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, "q:"+strconv.Itoa(o.Quantity)+":"+o.UserID)
+		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String())
 	}
 	bs := bodies(t, os)
 	e.publish(append(bs, bs...)...) // every message twice
@@ -131,11 +42,27 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 		}
 		return true
 	})
+	var m bytes.Buffer
+	c.WriteMetrics(&m)
+	for _, series := range []string{
+		"flashgate_consumer_inserted_total 3\n",
+		"flashgate_consumer_duplicates_total 3\n",
+		"flashgate_consumer_deliveries_total 6\n",
+		"flashgate_consumer_connected 1\n",
+		"flashgate_consumer_batch_size_count ",
+		"flashgate_consumer_insert_duration_seconds_count ",
+	} {
+		if !strings.Contains(m.String(), series) {
+			t.Errorf("metrics lack %q:\n%s", series, m.String())
+		}
+	}
 }
 
+// TestPoisonMessageIsDeadLettered: a message that is not an order goes to the
+// dead-letter queue, as it came, and the consumer keeps going.
 func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	e := newEnv(t)
-	good := orders("s", 4)
+	good := orderdbtest.Orders("s", 4)
 	gb := bodies(t, good)
 	poison := [][]byte{[]byte("not json"), []byte(`{"order_id":"x"}`)}
 	e.publish(gb[0], poison[0], gb[1], poison[1])
@@ -160,16 +87,17 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	}
 }
 
-// TestShutdownFinishesBatchInHand cancels a consumer that holds deliveries
-// it has not written yet: it must write and acknowledge them before Run
-// returns, leaving nothing to redeliver.
+// TestShutdownFinishesBatchInHand guards Invariant 6 on the graceful path (a
+// stopped consumer loses no confirmed order and duplicates none): cancelled
+// while it holds deliveries it has not written yet, it must write and
+// acknowledge them before Run returns, leaving nothing to redeliver.
 func TestShutdownFinishesBatchInHand(t *testing.T) {
 	e := newEnv(t)
 	cfg := *e.cfg
 	cfg.Consumer.BatchSize = 1000
 	cfg.Consumer.Prefetch = 1000
 	cfg.Consumer.BatchWait = time.Minute // only the shutdown ends this batch
-	e.publish(bodies(t, orders("s", 200))...)
+	e.publish(bodies(t, orderdbtest.Orders("s", 200))...)
 	c, stop := e.startConsumer(&cfg)
 	waitFor(t, 20*time.Second, "consumer did not take the deliveries", func() bool {
 		q, err := e.ch.QueueDeclarePassive(e.cfg.AMQP.Queue, true, false, false, false, nil)
@@ -196,7 +124,7 @@ func TestDataErrorIsolatesTheOrder(t *testing.T) {
 	if _, err := e.db.Exec(`ALTER TABLE orders MODIFY quantity TINYINT NOT NULL`); err != nil {
 		t.Fatal(err)
 	}
-	os := orders("s", 3)
+	os := orderdbtest.Orders("s", 3)
 	os[1].Quantity = 200 // out of TINYINT's range
 	e.publish(bodies(t, os)...)
 	c, _ := e.startConsumer(nil)
@@ -205,44 +133,5 @@ func TestDataErrorIsolatesTheOrder(t *testing.T) {
 	_, units, lu, _ := e.totals("s")
 	if units != int64(os[0].Quantity+os[2].Quantity) || lu != units {
 		t.Fatalf("units %d ledger %d", units, lu)
-	}
-}
-
-func TestMigrateConcurrently(t *testing.T) {
-	e := newEnv(t) // migrated once already
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			errs <- Migrate(ctx, e.db)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	var v, n int
-	if err := e.db.QueryRow(`SELECT MAX(version), COUNT(*) FROM schema_version`).Scan(&v, &n); err != nil {
-		t.Fatal(err)
-	}
-	if v != SchemaVersion() || n != SchemaVersion() {
-		t.Fatalf("schema_version max %d, %d rows; want %d", v, n, SchemaVersion())
-	}
-}
-
-func TestMigrateRefusesNewerSchema(t *testing.T) {
-	e := newEnv(t)
-	if _, err := e.db.Exec(`INSERT INTO schema_version (version) VALUES (?)`, SchemaVersion()+1); err != nil {
-		t.Fatal(err)
-	}
-	if err := Migrate(context.Background(), e.db); !errors.Is(err, ErrSchemaNewer) {
-		t.Fatalf("Migrate = %v, want ErrSchemaNewer", err)
 	}
 }

@@ -3,28 +3,26 @@ package consumer
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
-
-	"github.com/flashgate/flashgate/internal/localstack"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 	"github.com/flashgate/flashgate/scripts"
 )
 
 func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
 
 // env is one test's private corner of the shared services: a Redis key
-// prefix, an exchange and queues, and a MySQL database of its own, all
-// removed when it ends.
+// prefix, an exchange and queues (localstack.Isolated), and a MySQL database
+// of its own, all removed when it ends.
 type env struct {
 	t      *testing.T
 	cfg    *config.Config
@@ -37,26 +35,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := config.Default()
-	id := localstack.RandomHex(5)
-	cfg.Redis.KeyPrefix = "t" + id
-	cfg.AMQP.Exchange = "test.orders." + id
-	cfg.AMQP.Queue = "test.orders." + id
+	cfg := localstack.Isolated(t)
 	cfg.Shutdown.Timeout = 10 * time.Second
 	cfg.Consumer.BatchWait = 5 * time.Millisecond
-	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
-		cfg.AMQP.URL = u
-	}
-	cfg.MySQL.DSN = localstack.Database(t)
-	db, err := OpenDB(cfg.MySQL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := orderdbtest.Open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
@@ -74,12 +58,8 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, cfg: cfg, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
 	t.Cleanup(func() {
-		localstack.DropTopology(t, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
-			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
 		_ = s.Close()
-		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
-		_ = db.Close()
 	})
 	return e
 }
@@ -105,18 +85,6 @@ func (e *env) publish(bodies ...[]byte) {
 			e.t.Fatalf("publish not confirmed: %v", err)
 		}
 	}
-}
-
-// orders makes n valid orders of a sale, quantities 1-3.
-func orders(sale string, n int) []order.Order {
-	out := make([]order.Order, n)
-	for i := range out {
-		out[i] = order.Order{
-			OrderID: sale + "-" + localstack.RandomHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
-			Quantity: 1 + i%3, ReservedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
-		}
-	}
-	return out
 }
 
 func bodies(t *testing.T, os []order.Order) [][]byte {
@@ -169,15 +137,7 @@ func (e *env) startConsumer(cfg *config.Config) (*Consumer, func()) {
 // totals reads the sale's rows and ledger.
 func (e *env) totals(sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
 	e.t.Helper()
-	ctx := context.Background()
-	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units); err != nil {
-		e.t.Fatal(err)
-	}
-	err := e.db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&ledgerUnits, &ledgerOrders)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		e.t.Fatal(err)
-	}
-	return rows, units, ledgerUnits, ledgerOrders
+	return orderdbtest.Totals(e.t, e.db, sale)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

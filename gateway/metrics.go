@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -69,10 +68,12 @@ func (m *gatewayMetrics) observeBuy(status string, start time.Time) {
 // maxSaleSeries bounds the per-sale series of one scrape.
 const maxSaleSeries = 500
 
-// writeSaleMetrics writes remaining, sold and outbox figures of the sales
-// that are not over (or still have orders to forward), read from Redis in one
-// pipeline bounded by the Redis timeout. A scrape while Redis is down simply
-// has no per-sale series.
+// writeSaleMetrics writes the remaining and sold units of the sales that are
+// not over, read from Redis in one pipeline bounded by the Redis timeout. A
+// scrape while Redis is down simply has no per-sale series. The outbox
+// series of each sale are the relay's (relay.WriteMetrics, through
+// Deps.Metrics): it samples every outbox anyway, and one sampler keeps the
+// two from disagreeing.
 func (s *Server) writeSaleMetrics(w io.Writer) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
@@ -80,17 +81,10 @@ func (s *Server) writeSaleMetrics(w io.Writer) {
 	if err != nil || len(sales) == 0 {
 		return
 	}
-	type row struct {
-		meta   *redis.SliceCmd
-		xlen   *redis.IntCmd
-		oldest *redis.XMessageSliceCmd
-	}
-	rows := make([]row, len(sales))
+	metas := make([]*redis.SliceCmd, len(sales))
 	pipe := s.rdb.Pipeline()
 	for i, sale := range sales {
-		rows[i].meta = pipe.HMGet(ctx, s.store.keys.Meta(sale), "stock", "sold", "ends")
-		rows[i].xlen = pipe.XLen(ctx, s.store.keys.Outbox(sale))
-		rows[i].oldest = pipe.XRangeN(ctx, s.store.keys.Outbox(sale), "-", "+", 1)
+		metas[i] = pipe.HMGet(ctx, s.store.keys.Meta(sale), "stock", "sold", "ends")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return
@@ -98,30 +92,21 @@ func (s *Server) writeSaleMetrics(w io.Writer) {
 	now := time.Now()
 	var b []byte
 	for i, sale := range sales {
-		vals := rows[i].meta.Val()
+		vals := metas[i].Val()
 		if len(vals) != 3 || vals[0] == nil {
 			continue
 		}
 		stock, sold, ends := num(vals[0]), num(vals[1]), num(vals[2])
-		pending := rows[i].xlen.Val()
-		if ends > 0 && now.UnixMilli() >= ends && pending == 0 {
+		if ends > 0 && now.UnixMilli() >= ends {
 			continue
 		}
 		label := `{sale="` + sale + `"} `
 		b = append(append(append(b, "flashgate_sale_remaining"...), label...), strconv.FormatInt(stock-sold, 10)...)
 		b = append(append(append(append(b, '\n'), "flashgate_sale_sold"...), label...), strconv.FormatInt(sold, 10)...)
-		b = append(append(append(append(b, '\n'), "flashgate_outbox_pending"...), label...), strconv.FormatInt(pending, 10)...)
-		age := 0.0
-		if msgs := rows[i].oldest.Val(); len(msgs) == 1 {
-			if ms, err := strconv.ParseInt(strings.SplitN(msgs[0].ID, "-", 2)[0], 10, 64); err == nil {
-				age = max(0, float64(now.UnixMilli()-ms)/1000)
-			}
-		}
-		b = append(append(append(append(b, '\n'), "flashgate_outbox_oldest_age_seconds"...), label...), strconv.FormatFloat(age, 'f', 3, 64)...)
 		b = append(b, '\n')
 	}
 	if len(b) > 0 {
-		io.WriteString(w, "# TYPE flashgate_sale_remaining gauge\n# TYPE flashgate_sale_sold gauge\n# TYPE flashgate_outbox_pending gauge\n# TYPE flashgate_outbox_oldest_age_seconds gauge\n")
+		io.WriteString(w, "# TYPE flashgate_sale_remaining gauge\n# TYPE flashgate_sale_sold gauge\n")
 		w.Write(b)
 	}
 }

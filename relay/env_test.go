@@ -18,29 +18,24 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
 
-// env is one test's private corner of the shared services: its own Redis
-// key prefix and its own exchange and queues, all removed when it ends.
+// env is one test's private corner of the shared services
+// (localstack.Isolated: its own Redis key prefix, exchange and queues, all
+// removed when it ends), with a Redis client and a channel for inspecting
+// the queues.
 type env struct {
 	t    *testing.T
 	cfg  *config.Config
 	rdb  *redis.Client
 	keys scripts.Keys
-	ch   *amqp.Channel // for inspecting the queues
+	ch   *amqp.Channel
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cfg := config.Default()
-	id := localstack.RandomHex(5)
-	cfg.Redis.KeyPrefix = "t" + id
-	cfg.AMQP.Exchange = "test.orders." + id
-	cfg.AMQP.Queue = "test.orders." + id
+	cfg := localstack.Isolated(t)
 	cfg.Relay.ClaimAfter = 500 * time.Millisecond
 	cfg.Relay.Poll = 20 * time.Millisecond
 	cfg.Shutdown.Timeout = 5 * time.Second
-	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
-		cfg.AMQP.URL = u
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -51,13 +46,10 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatalf("RabbitMQ at %s does not answer (run `make up`): %v", cfg.AMQP.URL, err)
 	}
-	e := &env{t: t, cfg: cfg, rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
+	// Runs before Isolated's cleanup, which drops the keys and topology.
 	t.Cleanup(func() {
-		localstack.DropTopology(t, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
-			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
 		_ = s.Close()
-		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 	})
-	return e
+	return &env{t: t, cfg: cfg, rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
 }

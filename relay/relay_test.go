@@ -138,6 +138,9 @@ func (e *env) outboxEmpty(sale string) bool {
 	return err == nil && p.Count == 0
 }
 
+// TestPublishesThenDeletes relays two sales' backlogs. Invariant 3 (the
+// relay's leg: every 202 becomes exactly one MySQL row): every entry reaches
+// the queue, and only then leaves its outbox.
 func TestPublishesThenDeletes(t *testing.T) {
 	e := newEnv(t)
 	a := e.addOrders("sale-a", 700)
@@ -159,6 +162,9 @@ func TestPublishesThenDeletes(t *testing.T) {
 	}
 }
 
+// TestReturnedEntriesStayPending makes every publish unroutable. Invariant 3
+// (every 202 becomes exactly one MySQL row): an entry RabbitMQ returned
+// stays in the outbox and is published again once the binding is back.
 func TestReturnedEntriesStayPending(t *testing.T) {
 	e := newEnv(t)
 	e.addOrders("s", 1) // the relay learns the sale
@@ -195,6 +201,9 @@ func TestReturnedEntriesStayPending(t *testing.T) {
 	waitFor(t, 10*time.Second, "outbox not emptied after retry", func() bool { return e.outboxEmpty("s") })
 }
 
+// TestClaimsEntriesOfDeadRelay leaves entries pending with a consumer that
+// never comes back. Invariant 6 (a crash of a relay at any instant loses no
+// confirmed order): another relay claims and publishes them all.
 func TestClaimsEntriesOfDeadRelay(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -217,6 +226,9 @@ func TestClaimsEntriesOfDeadRelay(t *testing.T) {
 	}
 }
 
+// TestManyRelaysShareSales runs three relays on the same sales. Invariant
+// 10 (adding a gateway never breaks 1-9): every order arrives and every
+// outbox empties; duplicates are allowed (at least once) and counted.
 func TestManyRelaysShareSales(t *testing.T) {
 	e := newEnv(t)
 	for i := range 3 {
@@ -269,7 +281,8 @@ func TestMalformedEntryStaysInStream(t *testing.T) {
 }
 
 // TestShutdownNeverDeletesUnconfirmed stops a relay in the middle of a
-// backlog: every entry gone from the outbox must be on the broker, and what
+// backlog. Invariant 6 (a stop or crash of a relay loses no confirmed
+// order): every entry gone from the outbox must be on the broker, and what
 // is still in the outbox is there for the next relay.
 func TestShutdownNeverDeletesUnconfirmed(t *testing.T) {
 	e := newEnv(t)
@@ -341,8 +354,9 @@ func rabbitmqctl(t *testing.T, args ...string) string {
 }
 
 // TestNackedEntriesStayPending makes RabbitMQ refuse publishes (a length
-// limit with reject-publish overflow, set by policy): the refused entries
-// stay in the outbox and are published again once the queue has room.
+// limit with reject-publish overflow, set by policy). Invariant 3 (every 202
+// becomes exactly one MySQL row): the refused entries stay in the outbox and
+// are published again once the queue has room.
 func TestNackedEntriesStayPending(t *testing.T) {
 	e := newEnv(t)
 	policy := "test-maxlen-" + localstack.RandomHex(4)

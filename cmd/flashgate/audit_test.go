@@ -10,13 +10,14 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
 // A script reload is an audit event naming who asked and the SHAs before
 // and after.
 func TestReloadAudit(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr})
 	defer rdb.Close()
 	core, logs := observer.New(zapcore.InfoLevel)
 	loader := scripts.New(rdb, "")

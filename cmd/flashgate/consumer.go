@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/consumer"
+	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -19,7 +20,7 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush of stderr
 
-	db, err := consumer.OpenDB(cfg.MySQL, log.Named("mysql"))
+	db, err := orderdb.Open(cfg.MySQL, log.Named("mysql"))
 	if err != nil {
 		return err
 	}
@@ -30,18 +31,16 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	// Redis being down must not keep the consumer from writing MySQL.
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
 
-	var c *consumer.Consumer
-	m := newConsumerMetrics(func() consumer.Stats { return c.Stats() })
-	c, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
-		ObserveWrite: m.observe})
+	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer")})
 	if err != nil {
 		return err
 	}
-	if cfg.Consumer.MetricsAddr != "" {
+	if addr := cfg.Consumer.MetricsAddr; addr != "" {
+		// It outlives Run: /healthz and /metrics keep answering while the
+		// consumer finishes the deliveries in hand.
 		mctx, stopMetrics := context.WithCancel(context.Background())
 		mdone := make(chan error, 1)
-		ln := cfg.Consumer.MetricsAddr
-		go func() { mdone <- serveMetrics(mctx, ln, m.set.WritePrometheus, log.Named("metrics")) }()
+		go func() { mdone <- c.ServeMetrics(mctx, addr) }()
 		defer func() {
 			stopMetrics()
 			if err := <-mdone; err != nil {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/retry"
 )
 
 // scrapeURL reads a Prometheus text page into series → value.
@@ -52,18 +55,20 @@ func TestPipelineMetrics(t *testing.T) {
 	}
 	s.waitDrained("mx", 2*time.Minute)
 
-	// The consumer commits before it is counted; wait for the figure rather
-	// than sleep.
-	var cm map[string]float64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The consumer commits before it is counted, and the outbox series are
+	// the relay's last sample of Redis: wait for the figures rather than
+	// sleep (up to 30s; the checks below say what is missing).
+	var cm, gm map[string]float64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = retry.Until(ctx, poll, func(context.Context) error {
 		cm = scrapeURL(t, "http://"+metricsAddr+"/metrics")
-		if cm["flashgate_consumer_inserted_total"] >= 200 || time.Now().After(deadline) {
-			break
+		gm = scrapeURL(t, "http://"+g.admin+"/metrics")
+		if cm["flashgate_consumer_inserted_total"] < 200 || gm[`flashgate_outbox_pending{sale="mx"}`] != 0 {
+			return errNotYet
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	gm := scrapeURL(t, "http://"+g.admin+"/metrics")
+		return nil
+	}, nil)
 	checks := []struct {
 		name string
 		ok   bool

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/flashgate/flashgate/consumer"
+	"github.com/flashgate/flashgate/orderdb"
 )
 
 // migrateTimeout bounds `flashgate migrate` as a whole.
@@ -18,16 +18,16 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	db, err := consumer.OpenDB(cfg.MySQL, nil)
+	db, err := orderdb.Open(cfg.MySQL, nil)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	if err := consumer.Migrate(ctx, db); err != nil {
+	if err := orderdb.Migrate(ctx, db); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "schema at version %d\n", consumer.SchemaVersion())
+	_, err = fmt.Fprintf(stdout, "schema at version %d\n", orderdb.SchemaVersion())
 	return err
 }

@@ -8,7 +8,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/flashgate/flashgate/consumer"
+	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/reconcile"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -39,7 +40,7 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 	if wait < 0 {
 		return fmt.Errorf("%w: --wait must not be negative", errUsage)
 	}
-	db, err := consumer.OpenDB(cfg.MySQL, nil)
+	db, err := orderdb.Open(cfg.MySQL, nil)
 	if err != nil {
 		return err
 	}
@@ -51,7 +52,7 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 	deadline := time.Now().Add(wait)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		r, err := consumer.Reconcile(rctx, rdb, keys, db, sale)
+		r, err := reconcile.Sale(rctx, rdb, keys, db, sale)
 		cancel()
 		if err != nil {
 			return err
@@ -71,14 +72,15 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 }
 
-func printReport(w io.Writer, r *consumer.Report, drift []string) {
+func printReport(w io.Writer, r *reconcile.Report, drift []string) {
 	fmt.Fprintf(w, "sale %s\n", r.Sale)
 	fmt.Fprintf(w, "  redis   sold %d  buyers %d  units held %d  accepted orders %d (%d units)  outbox %d entries (%d units)\n",
 		r.Sold, r.Buyers, r.UserUnits, r.Accepted, r.AcceptedUnits, r.OutboxEntries, r.OutboxUnits)
 	fmt.Fprintf(w, "  mysql   rows %d  units %d  buyers %d  ledger %d units / %d orders\n",
 		r.Rows, r.Units, r.Users, r.LedgerUnits, r.LedgerOrders)
 	fmt.Fprintf(w, "  in transit (sold - mysql - outbox): %d units\n", r.InTransit())
-	fmt.Fprintf(w, "  orders: %d missing, %d unknown to Redis, %d mismatched\n", r.Missing, r.Unknown, r.Mismatched)
+	fmt.Fprintf(w, "  orders: %d missing, %d unknown to Redis, %d mismatched, %d unreadable in Redis\n",
+		r.Missing, r.Unknown, r.Mismatched, r.BadRecords)
 	for _, e := range r.Examples {
 		fmt.Fprintf(w, "    %s\n", e)
 	}

@@ -19,9 +19,9 @@ done
 
 # epmd outlives the node that started it. Stop it when no Erlang node is
 # registered any more (so not someone else's).
-if command -v epmd >/dev/null 2>&1 && names=$(epmd -names 2>/dev/null); then
+if command -v epmd >/dev/null 2>&1 && names=$(ERL_EPMD_PORT=$FG_EPMD_PORT epmd -names 2>/dev/null); then
 	if ! grep -q '^name ' <<<"$names"; then
-		if epmd -kill >/dev/null 2>&1; then fg_log "epmd: stopped"; fi
+		if ERL_EPMD_PORT=$FG_EPMD_PORT epmd -kill >/dev/null 2>&1; then fg_log "epmd: stopped"; fi
 	else
 		fg_log "epmd: other Erlang nodes are registered; leaving it running"
 	fi

@@ -8,11 +8,14 @@ FG_RUN="$FG_ROOT/.run"
 
 FG_SERVICES=(redis rabbitmq mariadb)
 
+# Ports and credentials: FG_REDIS_PORT, FG_RABBITMQ_*, FG_EPMD_PORT,
+# FG_MARIADB_{PORT,DB,USER,PASSWORD}. Shell variables, not exported.
+# shellcheck source=deploy/local/stack.env
+. "$FG_LOCAL_DIR/stack.env"
+
 FG_REDIS_DIR="$FG_RUN/redis"
-FG_REDIS_PORT=6379
 
 FG_MARIADB_DIR="$FG_RUN/mariadb"
-FG_MARIADB_PORT=3306
 FG_MARIADB_DATA="$FG_MARIADB_DIR/data"
 # A unix socket path must fit in sun_path (108 bytes): fall back to /tmp when
 # the repository lives somewhere deep.
@@ -20,9 +23,6 @@ FG_MARIADB_SOCKET="$FG_MARIADB_DIR/mysqld.sock"
 if ((${#FG_MARIADB_SOCKET} > 100)); then
 	FG_MARIADB_SOCKET="/tmp/flashgate-$(printf '%s' "$FG_ROOT" | cksum | cut -d' ' -f1)/mysqld.sock"
 fi
-FG_MARIADB_DB=flashgate
-FG_MARIADB_USER=flashgate
-FG_MARIADB_PASSWORD=flashgate
 
 # shellcheck source=deploy/local/rabbitmq-env.sh
 . "$FG_LOCAL_DIR/rabbitmq-env.sh"

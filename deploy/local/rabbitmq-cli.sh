@@ -16,4 +16,5 @@ rabbitmqctl | rabbitmq-diagnostics | rabbitmq-queues | rabbitmq-plugins | rabbit
 	exit 2
 	;;
 esac
+fg_rabbitmq_env
 exec "$FG_RABBITMQ_BIN/$tool" "$@"

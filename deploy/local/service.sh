@@ -163,17 +163,22 @@ vm_memory_high_watermark.relative = 0.4
 disk_free_limit.absolute = 50MB
 log.file.level = info
 log.console = false
+# Created with the node's database (so on the first start only).
+default_user = $FG_RABBITMQ_USER
+default_pass = $FG_RABBITMQ_PASSWORD
 EOF
-	if [[ ! -s $HOME/.erlang.cookie ]]; then
+	# In fg_rabbitmq_env's HOME: where the node and the CLI tools look.
+	local cookie_file="$FG_RABBITMQ_DIR/.erlang.cookie"
+	if [[ ! -s $cookie_file ]]; then
 		local cookie
 		cookie=$(LC_ALL=C tr -dc '[:upper:]' </dev/urandom 2>/dev/null | head -c 20 || true)
-		(umask 077 && printf '%s' "$cookie" >"$HOME/.erlang.cookie")
-		chmod 400 "$HOME/.erlang.cookie"
+		(umask 077 && printf '%s' "$cookie" >"$cookie_file")
+		chmod 400 "$cookie_file"
 	fi
 	# The script in /usr/lib/rabbitmq/bin, not the /usr/sbin wrapper, which
 	# as root re-runs everything as the rabbitmq user. It execs erl, which
 	# execs beam.smp: LAUNCH_PID ends up being the node's pid.
-	(cd "$FG_RABBITMQ_DIR" && exec setsid nohup "$FG_RABBITMQ_BIN/rabbitmq-server") \
+	(cd "$FG_RABBITMQ_DIR" && fg_rabbitmq_env && exec setsid nohup "$FG_RABBITMQ_BIN/rabbitmq-server") \
 		>>"$RABBITMQ_LOG_BASE/startup.log" 2>&1 </dev/null 9>&- &
 	LAUNCH_PID=$!
 }

@@ -6,20 +6,34 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/config"
 )
 
-// Defaults of the local stack (FLASHGATE_MYSQL_DSN overrides the database).
-const (
-	RedisAddr = "127.0.0.1:6379"
-	AMQPURL   = "amqp://guest:guest@127.0.0.1:5672/"
-	MySQLDSN  = "flashgate:flashgate@tcp(127.0.0.1:3306)/flashgate?parseTime=true"
+// Where the tests find the services: the local stack's, which are config's
+// defaults (TestDefaultsAreTheLocalStack holds them to
+// deploy/local/stack.env), unless FLASHGATE_REDIS_ADDRS (its first
+// address), FLASHGATE_AMQP_URL or FLASHGATE_MYSQL_DSN point elsewhere.
+// Read once, when the test binary starts; not to be changed.
+var (
+	RedisAddr = strings.TrimSpace(strings.Split(override("FLASHGATE_REDIS_ADDRS", config.Default().Redis.Addrs[0]), ",")[0])
+	AMQPURL   = override("FLASHGATE_AMQP_URL", config.Default().AMQP.URL)
+	MySQLDSN  = override("FLASHGATE_MYSQL_DSN", config.Default().MySQL.DSN)
 )
+
+func override(env, def string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return def
+}
 
 // RandomHex returns n random bytes in hex, for names no other test uses.
 func RandomHex(n int) string {
@@ -28,16 +42,12 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// Database creates the database flashgate_test_<random> with the project's
-// user, drops it when the test ends, and returns its DSN. It fails the test
-// when MariaDB cannot be reached.
+// Database creates the database flashgate_test_<random> on MySQLDSN's
+// server with its user, drops it when the test ends, and returns its DSN.
+// It fails the test when MariaDB cannot be reached.
 func Database(tb testing.TB) string {
 	tb.Helper()
-	base := MySQLDSN
-	if v := os.Getenv("FLASHGATE_MYSQL_DSN"); v != "" {
-		base = v
-	}
-	dc, err := mysql.ParseDSN(base)
+	dc, err := mysql.ParseDSN(MySQLDSN)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -65,19 +75,36 @@ func Database(tb testing.TB) string {
 	return dc.FormatDSN()
 }
 
-// DropKeys deletes every key of rdb under prefix (prefix + ":*").
-func DropKeys(tb testing.TB, rdb redis.UniversalClient, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// DeleteKeys deletes every key of rdb under prefix (prefix + ":*"), a
+// thousand at a time. It blocks until done or ctx ends and returns the
+// first error of Redis.
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
 	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
 	}
 	if len(keys) > 0 {
-		if err := rdb.Del(ctx, keys...).Err(); err != nil {
-			tb.Logf("drop keys of %s: %v", prefix, err)
+		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+			return err
 		}
+	}
+	return iter.Err()
+}
+
+// DropKeys is DeleteKeys for a test's cleanup: bounded by ten seconds, an
+// error only logged.
+func DropKeys(tb testing.TB, rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := DeleteKeys(ctx, rdb, prefix); err != nil {
+		tb.Logf("drop keys of %s: %v", prefix, err)
 	}
 }
 

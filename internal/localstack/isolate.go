@@ -1,34 +1,36 @@
 package localstack
 
 import (
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 )
 
-// Isolated returns the local stack's default settings with a corner of the
-// shared services that no other test uses: a Redis key prefix and an
-// exchange and queues of its own (FLASHGATE_AMQP_URL, when set, points at
-// another broker). When the test ends, its keys and its topology (queues,
-// dead-letter queue, exchanges) are deleted. MySQL is left alone: call
+// deadLetter is broker.DeadLetter, which this package cannot import:
+// broker's own tests use it. TestDeadLetterIsBrokers holds the two together.
+func deadLetter(name string) string { return name + ".dead" }
+
+// Isolated returns config's defaults pointed at the tests' services
+// (RedisAddr, AMQPURL, MySQLDSN) with a corner of them that no other test
+// uses: a Redis key prefix and an exchange and queues of its own. When the
+// test ends, its keys and its topology (queues, dead-letter queue,
+// exchanges) are deleted. The MySQL database is the shared one: call
 // Database for a scratch database.
 func Isolated(tb testing.TB) *config.Config {
 	tb.Helper()
 	cfg := config.Default()
 	id := RandomHex(5)
+	cfg.Redis.Addrs = []string{RedisAddr}
 	cfg.Redis.KeyPrefix = "t" + id
+	cfg.AMQP.URL = AMQPURL
 	cfg.AMQP.Exchange = "test.orders." + id
 	cfg.AMQP.Queue = "test.orders." + id
-	if u := os.Getenv("FLASHGATE_AMQP_URL"); u != "" {
-		cfg.AMQP.URL = u
-	}
+	cfg.MySQL.DSN = MySQLDSN
 	tb.Cleanup(func() {
-		DropTopology(tb, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
-			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
+		DropTopology(tb, cfg.AMQP.URL, []string{cfg.AMQP.Queue, deadLetter(cfg.AMQP.Queue)},
+			[]string{cfg.AMQP.Exchange, deadLetter(cfg.AMQP.Exchange)})
 		rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
 		DropKeys(tb, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()

@@ -1,7 +1,11 @@
-// Package localstack is the local stack of `make up` as the tests see it: where
-// the repository is, the lock that keeps fault tests (which stop and restart
-// RabbitMQ and MariaDB) from running while other packages use those
-// services, and the service control script. It is imported by tests only.
+// Package localstack is the local stack of `make up` as the tests see it:
+// where the services are (config's defaults, which its test holds to
+// deploy/local/stack.env, unless the environment points elsewhere), a
+// corner of them for each test (a key prefix, a topology, a scratch
+// database, removed when the test ends), the lock that keeps fault tests
+// (which stop and restart RabbitMQ and MariaDB) from running while other
+// packages use those services, and the service control script. It is
+// imported by tests only.
 package localstack
 
 import (
@@ -11,9 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/retry"
 )
 
 // Root returns the repository root: the nearest folder above the working
@@ -29,11 +36,14 @@ func Root() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("stack: no go.mod above the working directory")
+			return "", errors.New("localstack: no go.mod above the working directory")
 		}
 		dir = parent
 	}
 }
+
+// lockWait bounds Lock: a fault test package runs for minutes, not more.
+const lockWait = 20 * time.Minute
 
 // Lock takes .run/faults.lock: shared by every test package that uses
 // RabbitMQ or MariaDB, exclusive for the package whose tests stop and
@@ -55,22 +65,25 @@ func Lock(exclusive bool) (func(), error) {
 	if exclusive {
 		how = syscall.LOCK_EX
 	}
-	deadline := time.Now().Add(20 * time.Minute)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	// A fixed pace: the holder is another test package, not a server that
+	// a crowd of clients must not overwhelm.
+	err = retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}, func(context.Context) error {
 		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
+		if err != nil && !errors.Is(err, syscall.EWOULDBLOCK) {
+			return retry.Stop(err)
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
+		return err
+	}, nil)
+	if err != nil {
+		f.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: still locked by another test package after %v", f.Name(), lockWait)
 		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("%s: still locked by another test package after 20m", f.Name())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil, err
 	}
+	return func() { f.Close() }, nil
 }
 
 // Service runs deploy/local/service.sh action name (start, stop, restart or
@@ -82,6 +95,38 @@ func Service(ctx context.Context, action, name string) (string, error) {
 	}
 	out, err := exec.CommandContext(ctx, filepath.Join(root, "deploy", "local", "service.sh"), action, name).CombinedOutput()
 	return string(out), err
+}
+
+// serviceWait bounds one call of service.sh: RabbitMQ may take two minutes
+// to start on a loaded machine, and a restart is a stop and a start.
+const serviceWait = 4 * time.Minute
+
+// Control is Service for a test: it runs action on name, logs what the
+// script said, and fails tb when it failed. Before an action that takes the
+// service down (stop, kill, restart) it makes sure that the service is
+// started again when the test ends, whatever happens in between, so that a
+// failed fault test does not take the next tests' services with it. It
+// blocks for up to four minutes; call it from the test's goroutine. Only a
+// package that holds the fault lock exclusively (Run(m, true)) may take a
+// service down.
+func Control(tb testing.TB, action, name string) {
+	tb.Helper()
+	if action != "start" && action != "status" {
+		tb.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), serviceWait)
+			defer cancel()
+			if out, err := Service(ctx, "start", name); err != nil {
+				tb.Errorf("restarting %s after the test: %v\n%s", name, err, out)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serviceWait)
+	defer cancel()
+	out, err := Service(ctx, action, name)
+	if err != nil {
+		tb.Fatalf("service.sh %s %s: %v\n%s", action, name, err, out)
+	}
+	tb.Logf("service.sh %s %s: %s", action, name, strings.TrimSpace(out))
 }
 
 // Run is the body of TestMain for a package whose tests use RabbitMQ or

@@ -1,63 +1,15 @@
-package consumer
+package orderdb
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"go.uber.org/zap"
-
-	"github.com/flashgate/flashgate/config"
 )
 
-// OpenDB returns a connection pool for the order database. It forces the
-// driver options the ledger's correctness depends on, whatever the DSN says:
-// affected rows count changed rows only (ClientFoundRows off, so a duplicate
-// insert counts 0), times are UTC, and no call hangs on a dead server. It
-// does not connect; the first query does. log (may be nil) receives the
-// driver's own messages at debug level.
-func OpenDB(cfg config.MySQL, log *zap.Logger) (*sql.DB, error) {
-	dc, err := mysql.ParseDSN(cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("mysql dsn: %w", err)
-	}
-	dc.ClientFoundRows = false
-	dc.ParseTime = true
-	dc.InterpolateParams = true // one round trip per statement instead of three
-	dc.Loc = time.UTC
-	if dc.Params == nil {
-		dc.Params = map[string]string{}
-	}
-	dc.Params["time_zone"] = "'+00:00'"
-	if dc.Timeout == 0 {
-		dc.Timeout = 5 * time.Second
-	}
-	if dc.ReadTimeout == 0 {
-		dc.ReadTimeout = time.Minute
-	}
-	if dc.WriteTimeout == 0 {
-		dc.WriteTimeout = 30 * time.Second
-	}
-	if log != nil {
-		dc.Logger = driverLog{log}
-	}
-	conn, err := mysql.NewConnector(dc)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: %w", err)
-	}
-	db := sql.OpenDB(conn)
-	db.SetMaxOpenConns(cfg.MaxConns)
-	db.SetMaxIdleConns(cfg.MaxConns)
-	db.SetConnMaxLifetime(5 * time.Minute)
-	db.SetConnMaxIdleTime(time.Minute)
-	return db, nil
-}
-
-type driverLog struct{ log *zap.Logger }
-
-func (l driverLog) Print(v ...any) { l.log.Debug("mysql driver", zap.String("msg", fmt.Sprint(v...))) }
+// ErrSchemaNewer is wrapped by Migrate's error when the database's schema is
+// newer than this binary: an old binary must not write into it.
+var ErrSchemaNewer = errors.New("schema newer than this binary")
 
 // migrations are applied in order, each once; a new schema change is a new
 // entry at the end, never an edit of an old one.

@@ -12,44 +12,12 @@ import (
 	"time"
 )
 
-// buildFlashgate builds the real binary from this folder into dir.
-func buildFlashgate(t *testing.T, dir string) string {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go tool on PATH to build the binary: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	bin := filepath.Join(dir, "flashgate")
-	out, err := exec.CommandContext(ctx, gobin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// cleanEnv is the test's environment without any FLASHGATE_* variable, so
-// that the developer's shell cannot change what the binary sees. Should a
-// row's bad setting ever be accepted, the gateway then binds free ports
-// rather than fighting a local one over 8080/8081; a row's own variables
-// come later and win.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLASHGATE_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, "FLASHGATE_HTTP_ADDR=127.0.0.1:0", "FLASHGATE_ADMIN_ADDR=127.0.0.1:0")
-}
-
 // TestCommand runs the built binary the way an operator does and checks its
 // exit code and output. Every row must end before touching the network: a
 // bad setting stops the process before any client is built.
 func TestCommand(t *testing.T) {
+	bin := flashgateBinary(t)
 	dir := t.TempDir()
-	bin := buildFlashgate(t, dir)
 
 	files := map[string]string{
 		"unknown.yaml":   "redis:\n  addrs: 127.0.0.1:6379\n  adr: 127.0.0.1:6379\n",
@@ -161,5 +129,15 @@ func TestCommand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReconcileUsage: a reconcile without a sale, with a negative wait or
+// with a stray argument is a usage error: exit code 2.
+func TestReconcileUsage(t *testing.T) {
+	for _, args := range [][]string{{"reconcile"}, {"reconcile", "--sale", "s", "--wait", "-1s"}, {"reconcile", "--sale", "s", "extra"}} {
+		if out, code := runFlashgate(t, nil, args...); code != 2 {
+			t.Errorf("flashgate %v: exit code %d, want 2\n%s", args, code, out)
+		}
 	}
 }

@@ -16,8 +16,7 @@ import (
 // the drain delay, no answer is a 5xx of the gateway's own, and the process
 // exits 0 within its shutdown deadline.
 func TestDrainOnSIGTERM(t *testing.T) {
-	bin := buildFlashgate(t, t.TempDir())
-	p := startGatewayProc(t, bin, "FLASHGATE_DRAIN_DELAY=1s", "FLASHGATE_SHUTDOWN_TIMEOUT=10s")
+	p := soloGateway(t, "FLASHGATE_DRAIN_DELAY=1s", "FLASHGATE_SHUTDOWN_TIMEOUT=10s")
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer c.CloseIdleConnections()
 	if code, body, err := httpDo(c, "PUT", "http://"+p.admin+"/admin/v1/sales/drain", `{"stock":100000000,"per_user_limit":1000000}`); err != nil || code != 201 {
@@ -103,7 +102,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	wg.Wait()
 
 	if code != 0 {
-		t.Errorf("exit code %d after SIGTERM\n%s", code, p.stderr)
+		t.Errorf("exit code %d after SIGTERM\n%s", code, p.out)
 	}
 	if !readyFailed {
 		t.Errorf("/readyz never answered 503 draining after SIGTERM")
@@ -122,8 +121,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 
 // SIGHUP reloads the scripts, as POST /admin/v1/scripts/reload does.
 func TestSIGHUPReloadsScripts(t *testing.T) {
-	bin := buildFlashgate(t, t.TempDir())
-	p := startGatewayProc(t, bin)
+	p := soloGateway(t)
 	reloads := func() float64 {
 		return scrapeURL(t, "http://"+p.admin+"/metrics")["flashgate_script_reloads_total"]
 	}
@@ -132,13 +130,7 @@ func TestSIGHUPReloadsScripts(t *testing.T) {
 		t.Fatalf("scripts were never loaded: %v reloads", before)
 	}
 	p.signal(t, syscall.SIGHUP)
-	deadline := time.Now().Add(10 * time.Second)
-	for reloads() != before+1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload after SIGHUP: %v reloads, was %v\n%s", reloads(), before, p.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 10*time.Second, fmt.Sprintf("one reload after SIGHUP (%v before)", before), func() bool { return reloads() == before+1 })
 	if code, body, err := httpDo(&http.Client{Timeout: 5 * time.Second}, "GET", "http://"+p.public+"/readyz", ""); err != nil || code != 200 {
 		t.Errorf("readyz after SIGHUP: %d %s %v", code, body, err)
 	}

@@ -1,4 +1,9 @@
-package consumer
+// Package reconcile audits one sale across Redis and MySQL: it reads the
+// sale's figures and orders on both sides and lists every disagreement, so
+// that an operator (`flashgate reconcile`) or a test can tell an order in
+// transit from one lost or invented (Invariant 3: every 202 becomes exactly
+// one MySQL row, and no row exists without a reservation).
+package reconcile
 
 import (
 	"context"
@@ -14,7 +19,7 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// ErrNoSale is returned by Reconcile when neither Redis nor MySQL knows the
+// ErrNoSale is returned by Sale when neither Redis nor MySQL knows the
 // sale.
 var ErrNoSale = errors.New("no such sale")
 
@@ -37,6 +42,7 @@ type Report struct {
 	OutboxEntries int64 // accepted orders not yet confirmed by RabbitMQ
 	OutboxUnits   int64
 	OutboxBad     int64 // outbox entries that are not orders
+	BadRecords    int64 // orders hash values that are not order records (counted in Accepted, with no units)
 
 	// MySQL.
 	Rows         int64 // rows in orders
@@ -48,7 +54,7 @@ type Report struct {
 	// Order by order.
 	Missing    int      // accepted, neither in MySQL nor in the outbox: in RabbitMQ, or lost
 	Unknown    int      // in MySQL, never accepted in Redis
-	Mismatched int      // in both, with another user or quantity
+	Mismatched int      // in both, with another user or quantity (a bad record is not compared)
 	Examples   []string // up to a few ids of each problem, "kind id"
 }
 
@@ -80,6 +86,9 @@ func (r *Report) Drift() []string {
 	if r.UserUnits != r.Sold {
 		d = append(d, fmt.Sprintf("Redis: sold %d ≠ units held by users %d", r.Sold, r.UserUnits))
 	}
+	if r.BadRecords > 0 {
+		d = append(d, fmt.Sprintf("%d orders hash values are not order records", r.BadRecords))
+	}
 	if r.OutboxBad > 0 {
 		d = append(d, fmt.Sprintf("%d outbox entries are not orders", r.OutboxBad))
 	}
@@ -98,11 +107,17 @@ func (r *Report) Drift() []string {
 	return d
 }
 
-// Reconcile reads one sale from Redis and MySQL and compares them order by
-// order. It reads every order id of the sale (scans, not one blocking call),
-// so it is an operator's tool, not something to run per request. It returns
+// Sale reads one sale from Redis and MySQL and compares them order by
+// order. It blocks while it reads every order of the sale, in pages (scans,
+// never one long call that would stall Redis), so it is an operator's tool,
+// not something to run per request. Concurrent calls are safe. It returns
 // ErrNoSale when neither side knows the sale, or a wrapped I/O error.
-func Reconcile(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db *sql.DB, sale string) (*Report, error) {
+//
+// A value of the orders hash that is not a record ("q:QTY:USER") is counted
+// in BadRecords, which is drift; its order still counts as accepted (its id
+// is there), with no units, and is missing when neither MySQL nor the outbox
+// holds it.
+func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db *sql.DB, sale string) (*Report, error) {
 	r := &Report{Sale: sale}
 
 	// Redis: one MULTI for the figures, then scans for the details.
@@ -119,8 +134,8 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys
 	r.Buyers = buyers.Val()
 
 	type accepted struct {
-		user  string
-		qty   int64
+		rec   scripts.Record
+		bad   bool // not a record: nothing to compare a row with
 		found bool
 	}
 	orders := map[string]*accepted{}
@@ -128,16 +143,14 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys
 		if _, dup := orders[id]; dup {
 			return // a scan may return a field twice
 		}
-		// "q:QTY:USER" or "c:QTY:USER"
-		parts := strings.SplitN(v, ":", 3)
-		a := &accepted{}
-		if len(parts) == 3 {
-			a.qty, _ = strconv.ParseInt(parts[1], 10, 64)
-			a.user = parts[2]
-		}
-		orders[id] = a
+		rec, err := scripts.ParseRecord(v)
+		orders[id] = &accepted{rec: rec, bad: err != nil}
 		r.Accepted++
-		r.AcceptedUnits += a.qty
+		r.AcceptedUnits += rec.Quantity
+		if err != nil {
+			r.BadRecords++
+			r.example("bad", id)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: orders hash: %w", sale, err)
@@ -200,7 +213,7 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys
 		case a == nil:
 			r.Unknown++
 			r.example("unknown", id)
-		case a.user != user || a.qty != qty:
+		case !a.bad && (a.rec.UserID != user || a.rec.Quantity != qty):
 			r.Mismatched++
 			r.example("mismatched", id)
 			a.found = true

@@ -1,4 +1,4 @@
-package consumer
+package orderdb
 
 import (
 	"cmp"
@@ -34,7 +34,7 @@ type Written struct {
 //
 // It blocks for one transaction, is safe for concurrent use, and returns an
 // error wrapping the driver's (nothing is then committed, unless the error
-// came from COMMIT itself); see isDataError for the ones retrying cannot fix.
+// came from COMMIT itself); IsDataError tells the ones no retry can fix.
 func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written, error) {
 	if len(orders) == 0 {
 		return Written{}, nil
@@ -131,12 +131,12 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 	return w, nil
 }
 
-// isDataError reports whether err is MySQL refusing the data itself, which
-// no retry can fix (as opposed to a lost connection, a deadlock or a server
-// restart, which a retry fixes).
-func isDataError(err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
+// IsDataError reports whether err (from WriteOrders, wrapped or not) is
+// MySQL refusing the data itself, which no retry can fix, as opposed to a
+// lost connection, a deadlock or a server restart, which a retry fixes.
+func IsDataError(err error) bool {
+	me, ok := errors.AsType[*mysql.MySQLError](err)
+	if !ok {
 		return false
 	}
 	switch me.Number {

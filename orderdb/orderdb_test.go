@@ -1,0 +1,188 @@
+package orderdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
+)
+
+// TestWriteOrdersIdempotent guards Invariant 3: every 202 becomes exactly one
+// MySQL row. An order written again (a redelivery, a relay's duplicate, a
+// repeat inside one batch) adds no row and nothing to the ledger.
+func TestWriteOrdersIdempotent(t *testing.T) {
+	db := orderdbtest.Open(t)
+	ctx := context.Background()
+	a := orderdbtest.Orders("a", 10)
+	b := orderdbtest.Orders("b", 4)
+	unitsOf := func(os ...[]order.Order) (u int64) {
+		for _, l := range os {
+			for _, o := range l {
+				u += int64(o.Quantity)
+			}
+		}
+		return u
+	}
+	more := orderdbtest.Orders("a", 5)
+	tests := []struct {
+		name                 string
+		batch                []order.Order
+		inserted, duplicates int
+		rowsA, unitsA, ordsA int64
+	}{
+		{"new orders", a, 10, 0, 10, unitsOf(a), 10},
+		{"the same again", a, 0, 10, 10, unitsOf(a), 10},
+		{"half old, half new", append(append([]order.Order{}, a[:5]...), more...), 5, 5, 15, unitsOf(a, more), 15},
+		{"repeated inside one batch", []order.Order{a[0], a[0], more[0]}, 0, 3, 15, unitsOf(a, more), 15},
+		{"two sales at once", append(append([]order.Order{}, b...), a[9]), 4, 1, 15, unitsOf(a, more), 15},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := orderdb.WriteOrders(ctx, db, tt.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Inserted != tt.inserted || w.Duplicates != tt.duplicates {
+				t.Fatalf("wrote %+v, want %d inserted, %d duplicates", w, tt.inserted, tt.duplicates)
+			}
+			rows, units, lu, lo := orderdbtest.Totals(t, db, "a")
+			if rows != tt.rowsA || units != tt.unitsA || lu != units || lo != rows || lo != tt.ordsA {
+				t.Fatalf("sale a: rows %d units %d, ledger %d units %d orders; want rows %d units %d", rows, units, lu, lo, tt.rowsA, tt.unitsA)
+			}
+		})
+	}
+	rows, units, lu, lo := orderdbtest.Totals(t, db, "b")
+	if rows != 4 || units != unitsOf(b) || lu != units || lo != 4 {
+		t.Fatalf("sale b: rows %d units %d, ledger %d/%d", rows, units, lu, lo)
+	}
+}
+
+// TestWriteOrdersConcurrent guards Invariants 3 and 10 (one row per order,
+// whatever the number of consumers): writers race on overlapping batches,
+// as duplicates on the broker and redeliveries make consumers do.
+func TestWriteOrdersConcurrent(t *testing.T) {
+	db := orderdbtest.Open(t)
+	all := orderdbtest.Orders("s", 2000)
+	var want int64
+	for _, o := range all {
+		want += int64(o.Quantity)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			mine := append([]order.Order(nil), all...)
+			r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+			for i := 0; i < len(mine); i += 100 {
+				for {
+					_, err := orderdb.WriteOrders(context.Background(), db, mine[i:i+100])
+					if err == nil {
+						break
+					}
+					// A deadlock (ER_LOCK_DEADLOCK) is an ordinary,
+					// retried failure.
+					if me, ok := errors.AsType[*mysql.MySQLError](err); !ok || me.Number != 1213 {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rows, units, lu, lo := orderdbtest.Totals(t, db, "s")
+	if rows != 2000 || units != want || lu != want || lo != 2000 {
+		t.Fatalf("rows %d units %d ledger %d/%d; want 2000 rows, %d units", rows, units, lu, lo, want)
+	}
+}
+
+// TestIsDataError tells apart what MySQL refuses as data (no retry can fix
+// it: the consumer dead-letters the order) from every other failure (the
+// consumer retries).
+func TestIsDataError(t *testing.T) {
+	db := orderdbtest.Open(t)
+	if _, err := db.Exec(`ALTER TABLE orders MODIFY quantity TINYINT NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	big := orderdbtest.Orders("s", 1)
+	big[0].Quantity = 200 // out of TINYINT's range
+	_, refused := orderdb.WriteOrders(context.Background(), db, big)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, cancelled := orderdb.WriteOrders(ctx, db, orderdbtest.Orders("s", 1))
+	if refused == nil || cancelled == nil {
+		t.Fatalf("WriteOrders: %v, %v; want both to fail", refused, cancelled)
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"out of range", refused, true},
+		{"wrapped again", fmt.Errorf("batch: %w", refused), true},
+		{"cancelled", cancelled, false},
+		{"a deadlock", &mysql.MySQLError{Number: 1213, Message: "Deadlock found"}, false},
+		{"no error", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := orderdb.IsDataError(tt.err); got != tt.want {
+				t.Fatalf("IsDataError(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+	if rows, _, _, _ := orderdbtest.Totals(t, db, "s"); rows != 0 {
+		t.Fatalf("%d rows after two failed writes", rows)
+	}
+}
+
+func TestMigrateConcurrently(t *testing.T) {
+	db := orderdbtest.Open(t) // migrated once already
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs <- orderdb.Migrate(ctx, db)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v, n int
+	if err := db.QueryRow(`SELECT MAX(version), COUNT(*) FROM schema_version`).Scan(&v, &n); err != nil {
+		t.Fatal(err)
+	}
+	if v != orderdb.SchemaVersion() || n != orderdb.SchemaVersion() {
+		t.Fatalf("schema_version max %d, %d rows; want %d", v, n, orderdb.SchemaVersion())
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	db := orderdbtest.Open(t)
+	if _, err := db.Exec(`INSERT INTO schema_version (version) VALUES (?)`, orderdb.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := orderdb.Migrate(context.Background(), db); !errors.Is(err, orderdb.ErrSchemaNewer) {
+		t.Fatalf("Migrate = %v, want ErrSchemaNewer", err)
+	}
+}

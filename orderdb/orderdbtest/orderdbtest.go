@@ -1,0 +1,68 @@
+// Package orderdbtest gives tests a scratch orders database on the local
+// stack's MariaDB, and the fixtures tests of the orders database share:
+// valid orders, and a sale's rows and ledger as MySQL holds them. It is for
+// tests only, as net/http/httptest is.
+package orderdbtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb"
+)
+
+// Open returns a pool on a database of the test's own (localstack.Database),
+// migrated to this binary's schema, closed and dropped when the test ends.
+// It fails the test when MariaDB cannot be reached. The package's TestMain
+// should hold the local stack's lock (localstack.Run).
+func Open(tb testing.TB) *sql.DB {
+	tb.Helper()
+	cfg := config.Default()
+	cfg.MySQL.DSN = localstack.Database(tb)
+	db, err := orderdb.Open(cfg.MySQL, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := orderdb.Migrate(ctx, db); err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
+// Orders makes n valid orders of a sale, with ids no other test uses,
+// users u0, u1, … and quantities 1-3.
+func Orders(sale string, n int) []order.Order {
+	out := make([]order.Order, n)
+	for i := range out {
+		out[i] = order.Order{
+			OrderID: sale + "-" + localstack.RandomHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
+			Quantity: 1 + i%3, ReservedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
+		}
+	}
+	return out
+}
+
+// Totals reads the sale's rows and units in orders, and its ledger (zeros
+// when it has no ledger row). It fails the test on a query error.
+func Totals(tb testing.TB, db *sql.DB, sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units); err != nil {
+		tb.Fatal(err)
+	}
+	err := db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&ledgerUnits, &ledgerOrders)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		tb.Fatal(err)
+	}
+	return rows, units, ledgerUnits, ledgerOrders
+}

@@ -1,0 +1,99 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
+
+// env is one test's private corner of the shared services: a Redis key
+// prefix and a MySQL database of its own, both removed when it ends.
+type env struct {
+	t      *testing.T
+	db     *sql.DB
+	rdb    *redis.Client
+	loader *scripts.Loader
+	keys   scripts.Keys
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db := orderdbtest.Open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at %s does not answer (run `make up`): %v", localstack.RedisAddr, err)
+	}
+	loader := scripts.New(rdb, "")
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "t" + localstack.RandomHex(5)
+	t.Cleanup(func() {
+		localstack.DropKeys(t, rdb, prefix)
+		_ = rdb.Close()
+	})
+	return &env{t: t, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: prefix}}
+}
+
+// sell creates a sale and reserves n orders of
+// quantity 1 or 2 with the reserve script, as the gateway does.
+func (e *env) sell(sale string, n int) {
+	e.t.Helper()
+	ctx := context.Background()
+	k := e.keys
+	if err := e.rdb.HSet(ctx, k.Meta(sale), "stock", 100000, "sold", 0, "limit", 10, "starts", 0, "ends", 0, "locked", 0).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	args := []any{sale, 60}
+	for i := range n {
+		args = append(args, sale+"-o"+strconv.Itoa(i), "u"+strconv.Itoa(i), 1+i%2, 0)
+	}
+	v, err := e.loader.Run(ctx, scripts.Reserve, []string{k.Meta(sale), k.Users(sale), k.Outbox(sale), k.Orders(sale)}, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i, x := range v.([]any) {
+		if i%2 == 0 && x.(int64) != 0 {
+			e.t.Fatalf("reservation %d: code %d", i/2, x)
+		}
+	}
+}
+
+// deliver moves up to n outbox entries into MySQL as the relay and the
+// consumer would, and returns them.
+func (e *env) deliver(sale string, n int64) []order.Order {
+	e.t.Helper()
+	ctx := context.Background()
+	msgs, err := e.rdb.XRangeN(ctx, e.keys.Outbox(sale), "-", "+", n).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var os []order.Order
+	for _, m := range msgs {
+		o, err := order.FromStream(m.Values)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		os = append(os, o)
+		e.rdb.XDel(ctx, e.keys.Outbox(sale), m.ID)
+	}
+	if _, err := orderdb.WriteOrders(ctx, e.db, os); err != nil {
+		e.t.Fatal(err)
+	}
+	return os
+}

@@ -1,0 +1,119 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// sampler is the one place in flashgate that samples the outboxes: the set
+// of sales and, for each, the length of its outbox and the age of its
+// oldest entry. The session loop samples every refreshEvery (the sales to
+// serve, which to poll, which to claim from; Stats shows that sample), and
+// WriteMetrics samples on each scrape, so that a scrape shows the outboxes
+// as they are, as when the gateway sampled them itself. It is safe for
+// concurrent use.
+type sampler struct {
+	rdb  redis.UniversalClient
+	keys scripts.Keys
+	errs atomic.Uint64
+}
+
+// sample is one look at every outbox. It is never changed once taken, so
+// any goroutine may read it.
+type sample struct {
+	at    time.Time
+	sales []saleSample
+}
+
+type saleSample struct {
+	SaleStats
+	// live: the sale exists and has not ended, so its series show even
+	// at zero (an ended sale's show only while its outbox holds entries).
+	// Read only for a scrape (take with ends).
+	live bool
+}
+
+// take reads one sample, in three round trips whatever the number of sales:
+// the set, then each outbox's length (with the sale's stock and end when
+// ends is set), then the oldest entry of each outbox that has one (its id
+// is the Redis time of the XADD, in ms). It blocks until then or ctx ends
+// and returns the first Redis error.
+func (s *sampler) take(ctx context.Context, ends bool) (*sample, error) {
+	sales, err := s.rdb.SMembers(ctx, s.keys.Sales()).Result()
+	if err != nil {
+		s.errs.Add(1)
+		return nil, fmt.Errorf("relay: read the set of sales: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	lens := make([]*redis.IntCmd, len(sales))
+	metas := make([]*redis.SliceCmd, len(sales))
+	for i, sale := range sales {
+		lens[i] = pipe.XLen(ctx, s.keys.Outbox(sale))
+		if ends {
+			metas[i] = pipe.HMGet(ctx, s.keys.Meta(sale), "stock", "ends")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.errs.Add(1)
+		return nil, fmt.Errorf("relay: read the outbox lengths: %w", err)
+	}
+	now := time.Now()
+	out := make([]saleSample, len(sales))
+	pipe = s.rdb.Pipeline()
+	firsts := make([]*redis.XMessageSliceCmd, len(sales))
+	for i, sale := range sales {
+		n := lens[i].Val()
+		out[i] = saleSample{SaleStats: SaleStats{Sale: sale, Pending: n}}
+		if ends {
+			out[i].live = live(metas[i].Val(), now)
+		}
+		if n > 0 {
+			firsts[i] = pipe.XRangeN(ctx, s.keys.Outbox(sale), "-", "+", 1)
+		}
+	}
+	if pipe.Len() > 0 {
+		// A failure here costs the ages only.
+		if _, err := pipe.Exec(ctx); err != nil {
+			s.errs.Add(1)
+		}
+	}
+	for i := range sales {
+		if firsts[i] == nil {
+			continue
+		}
+		if msgs := firsts[i].Val(); len(msgs) > 0 {
+			if ms, ok := idMillis(msgs[0].ID); ok {
+				out[i].OldestAge = max(0, now.Sub(time.UnixMilli(ms)))
+			}
+		}
+	}
+	return &sample{at: now, sales: out}, nil
+}
+
+// live reports whether a sale whose meta hash holds stock and ends (as
+// HMGET returns them) exists and has not ended at now.
+func live(meta []any, now time.Time) bool {
+	if len(meta) != 2 || meta[0] == nil {
+		return false
+	}
+	s, _ := meta[1].(string)
+	ends, _ := strconv.ParseInt(s, 10, 64)
+	return ends <= 0 || now.UnixMilli() < ends
+}
+
+func idMillis(id string) (int64, bool) {
+	ms, _, ok := strings.Cut(id, "-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, err == nil
+}
