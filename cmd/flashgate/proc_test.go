@@ -262,16 +262,6 @@ func soloGateway(t *testing.T, env ...string) *gatewayProc {
 	return startGateway(t, nil, slices.Concat(serviceEnv(cfg), []string{"FLASHGATE_LOG_LEVEL=warn"}, env))
 }
 
-// buildFlashgate and startGatewayProc are readme_test.go's names for
-// flashgateBinary and soloGateway; the folder and the binary they take are
-// not used (there is one binary, built once).
-func buildFlashgate(t *testing.T, _ string) string { return flashgateBinary(t) }
-
-func startGatewayProc(t *testing.T, _ string, env ...string) *gatewayProc {
-	t.Helper()
-	return soloGateway(t, env...)
-}
-
 // poll paces the tests' waits for a condition.
 var poll = retry.Backoff{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}
 

@@ -48,8 +48,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	if len(want) < 10 {
 		t.Fatalf("only %d curl lines found in the walk-through", len(want))
 	}
-	bin := buildFlashgate(t, t.TempDir())
-	p := startGatewayProc(t, bin)
+	p := soloGateway(t)
 	text := strings.NewReplacer("localhost:8080", p.public, "localhost:8081", p.admin).Replace(script.String())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
