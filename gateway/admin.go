@@ -15,6 +15,8 @@ import (
 )
 
 // Bounds of admin inputs, so that no arithmetic in Lua can overflow.
+// maxStock bounds the stock itself, not only a PUT's: restocks may add up
+// to it and no further (admin.lua refuses one that would pass it).
 const (
 	maxStock = 1_000_000_000
 	maxLimit = 1_000_000

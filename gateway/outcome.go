@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -22,6 +23,7 @@ var (
 	ErrConflict            = errors.New("stock below units sold")
 	ErrBadWindow           = errors.New("ends_at must be after starts_at")
 	ErrStockRequired       = errors.New("stock is required to create a sale")
+	ErrStockCeiling        = errors.New("restock would take stock above " + strconv.Itoa(maxStock))
 	// ErrRateLimited is admission control shedding a buy before Redis.
 	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable wraps every failure to reach Redis in time, and every
@@ -57,6 +59,8 @@ func outcome(code scripts.Code) error {
 		return ErrBadWindow
 	case scripts.CodeStockRequired:
 		return ErrStockRequired
+	case scripts.CodeStockCeiling:
+		return ErrStockCeiling
 	default:
 		// An order id collision, or a code of a script the gateway does not
 		// understand. Neither promised anything to the buyer.
@@ -85,7 +89,8 @@ var (
 	replySoldOut          = fixed(410, "sold_out")
 	replyInsufficient     = fixed(409, "insufficient_stock")
 	replyIdemConflict     = fixed(422, "idempotency_conflict")
-	replyConflict         = fixed(409, "conflict")
+	replyConflict         = conflict(ErrConflict.Error())
+	replyStockCeiling     = conflict(ErrStockCeiling.Error())
 	replyUnavailable      = fixed(503, "unavailable")
 	replyTooLarge         = fixed(413, "too_large")
 	replyRateLimited      = fixed(429, "rate_limited")
@@ -117,6 +122,8 @@ func replyFor(err error) reply {
 		return replyIdemConflict
 	case errors.Is(err, ErrConflict):
 		return replyConflict
+	case errors.Is(err, ErrStockCeiling):
+		return replyStockCeiling
 	case errors.Is(err, ErrRateLimited):
 		return replyRateLimited
 	case errors.Is(err, ErrBadWindow), errors.Is(err, ErrStockRequired):
@@ -134,6 +141,14 @@ func badRequest(reason string) reply {
 	b = appendString(b, reason)
 	b = append(b, '}')
 	return reply{code: 400, body: b, status: "bad_request"}
+}
+
+// conflict is a 409: the request is well formed, but the sale's state
+// refuses it; "error" says which state.
+func conflict(reason string) reply {
+	b := append([]byte(nil), `{"status":"conflict","error":`...)
+	b = appendString(b, reason)
+	return reply{code: 409, body: append(b, '}'), status: "conflict"}
 }
 
 // appendString appends s as a JSON string.

@@ -270,13 +270,19 @@ var jsonType = []byte("application/json")
 
 // authorized checks the bearer token in constant time. With no token
 // configured (the admin listener is then loopback only) every request is.
+// The credentials are read as sent (wireHeader): two Authorization fields
+// are ambiguous, and a token with white space after it or folded over
+// lines is not the token, though fasthttp's parsed value would trim or
+// join it to one. A bearer token is visible ASCII: a credential with any
+// other byte is refused before the compare, so that a configured token of
+// spaces or controls matches nothing.
 func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 	if len(s.token) == 0 {
 		return true
 	}
-	h := ctx.Request.Header.Peek("Authorization")
+	h, ok := wireHeader(&ctx.Request.Header, "Authorization")
 	const prefix = "Bearer "
-	if len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix {
+	if !ok || len(h) <= len(prefix) || string(h[:len(prefix)]) != prefix || !visibleASCII(h[len(prefix):]) {
 		return false
 	}
 	return subtle.ConstantTimeCompare(h[len(prefix):], s.token) == 1

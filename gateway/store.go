@@ -14,7 +14,9 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// idemTTL is how long the first answer to an Idempotency-Key is kept.
+// idemTTL is how long the Idempotency-Key of an accepted reservation is
+// kept, so that a repeat replays its answer. A refusal keeps no key:
+// reserve.lua says why.
 const idemTTL = 24 * time.Hour
 
 // Store is the gateway's view of Redis: reservations and sale operations,
@@ -155,24 +157,55 @@ func (s *Store) Sale(ctx context.Context, sale string) (*SaleView, error) {
 
 // Upsert creates or updates a sale, atomically with buyers. created tells
 // which. It returns ErrConflict (stock below sold), ErrBadWindow,
-// ErrStockRequired, or an error wrapping ErrUnavailable.
+// ErrStockRequired, or an error wrapping ErrUnavailable. A refused create
+// leaves the sale registry (Keys.Sales) as it was.
 func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *SaleView, created bool, err error) {
-	// The relay finds outboxes through this set; add first, so that no sale
-	// can take an order before the relay can know of it.
-	if err := s.rdb.SAdd(ctx, s.keys.Sales(), sale).Err(); err != nil {
-		return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
+	// The relay finds outboxes through the registry, a set in a slot of its
+	// own that no script on the sale's slot may write. So the id is added
+	// before the script runs, so that no sale can take an order before the
+	// relay can know of it; but only by a call that can create the sale.
+	// A call without stock cannot: the script refuses it as a create
+	// (STOCK_REQUIRED) and runs it only as an update, of a sale whose
+	// creating call added the id before its own script ran, that is before
+	// this one could see the sale. That also settles two PUTs racing on a
+	// new sale, one with stock and one without: whichever script runs first,
+	// the sale exists only after the id is in. A call with stock is refused
+	// as a create only for what is checked here first (on a create the
+	// script sees no window but this one, and sold is 0), so an id it adds
+	// names a sale that exists once its script has run.
+	//
+	// Nothing is removed after a refusal or a failure, not even a member
+	// this call added: of two PUTs with stock racing on a new sale, the
+	// second's SADD is a no-op because the first's added the id; were the
+	// first to fail and take it back, the second's sale would take orders
+	// that no relay finds. So an id stays where the script may not have run
+	// (Redis unreachable after the SADD): an id without a sale costs the
+	// relay one look at an empty outbox, a sale without an id loses orders.
+	if u.Stock != nil {
+		if *u.Stock < 0 {
+			return nil, false, ErrConflict
+		}
+		if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
+			return nil, false, ErrBadWindow
+		}
+		if err := s.rdb.SAdd(ctx, s.keys.Sales(), sale).Err(); err != nil {
+			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
+		}
 	}
 	return s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt))
 }
 
-// Restock adds n units to a sale's stock.
+// Restock adds n units to a sale's stock, atomically with buyers, once
+// even when the call is retried. It returns ErrNotFound, ErrStockCeiling
+// when the stock would pass maxStock (the bound a PUT enforces; nothing
+// changes then), or an error wrapping ErrUnavailable.
 func (s *Store) Restock(ctx context.Context, sale string, n int64) (*SaleView, error) {
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
 	v, _, err := s.adminKeys(ctx, sale, []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale),
-		s.keys.Op(sale, hex.EncodeToString(id[:]))}, "restock", n)
+		s.keys.Op(sale, hex.EncodeToString(id[:]))}, "restock", n, maxStock)
 	return v, err
 }
 

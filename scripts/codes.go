@@ -42,6 +42,9 @@ const (
 	CodeBadWindow Code = 11
 	// CodeStockRequired: a sale cannot be created without a stock.
 	CodeStockRequired Code = 12
+	// CodeStockCeiling: a restock would take the stock above the ceiling
+	// that a sale's stock may reach; nothing was changed.
+	CodeStockCeiling Code = 13
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -59,6 +62,7 @@ var codeNames = [...]string{
 	CodeStockBelowSold:      "STOCK_BELOW_SOLD",
 	CodeBadWindow:           "BAD_WINDOW",
 	CodeStockRequired:       "STOCK_REQUIRED",
+	CodeStockCeiling:        "STOCK_CEILING",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

@@ -10,7 +10,8 @@
 --   get                          read the sale
 --   upsert STOCK LIMIT STARTS ENDS   create or update; '' keeps a field,
 --                                'null' clears a time, times are Unix ms
---   restock N                    add N units to stock (once per KEYS[4])
+--   restock N MAX                add N units to stock (once per KEYS[4]),
+--                                unless the stock would pass MAX
 --   lock | unlock
 --   ping                         answers 'pong' (readiness check of the script path)
 --
@@ -23,6 +24,7 @@ local NOT_FOUND = 1
 local STOCK_BELOW_SOLD = 10
 local BAD_WINDOW = 11          -- ends not after starts
 local STOCK_REQUIRED = 12      -- stock missing on create
+local STOCK_CEILING = 13       -- a restock would take stock above the ceiling
 
 local op = ARGV[1]
 if op == 'ping' then
@@ -69,8 +71,16 @@ end
 if not exists then return view(NOT_FOUND) end
 
 if op == 'restock' then
-  if redis.call('SET', KEYS[4], '1', 'NX', 'EX', 3600) then
-    redis.call('HINCRBY', KEYS[1], 'stock', tonumber(ARGV[4]))
+  -- A retried call (its first reply lost) finds its key and answers as the
+  -- first did, before the ceiling is looked at: the units it added may be
+  -- what now leaves no room under the ceiling. A refused restock sets no
+  -- key, so nothing at all changes.
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    local n, ceiling = tonumber(ARGV[4]), tonumber(ARGV[5])
+    local stock = tonumber(redis.call('HGET', KEYS[1], 'stock')) or 0
+    if stock + n > ceiling then return view(STOCK_CEILING) end
+    redis.call('SET', KEYS[4], '1', 'EX', 3600)
+    redis.call('HINCRBY', KEYS[1], 'stock', n)
   end
 elseif op == 'lock' then
   redis.call('HSET', KEYS[1], 'locked', 1)

@@ -7,7 +7,8 @@
 -- KEYS[3] outbox stream (one entry per accepted order, read by the relay)
 -- KEYS[4] orders hash (order id -> "q:QTY:USER" queued, "c:QTY:USER" created)
 -- KEYS[5..] the idempotency keys of the reservations that carry one
--- ARGV[1] sale id, ARGV[2] idempotency key TTL in seconds,
+-- ARGV[1] sale id, ARGV[2] TTL in seconds of an accepted reservation's
+-- idempotency key (a refused one keeps none),
 -- then four values per reservation: order id (chosen by the gateway before the
 -- call, so that a retried call is recognised), user id, quantity, and the index
 -- in KEYS of its idempotency key (0 when it has none).
@@ -82,8 +83,17 @@ for i = 3, #ARGV, 4 do
         code = OK
       end
     end
-    if code ~= OK then rid = '' end
-    if ik > 0 and exists then
+    -- Only an accepted reservation's key is remembered (for ttl, 24 h). A
+    -- refusal reserved nothing, so there is nothing a repeat could reserve
+    -- twice: a repeat is simply decided again (sold out again, or accepted
+    -- once a restock, an unlock or a window opening allows it, and from then
+    -- on replayed). Remembering refusals would let any client store a key
+    -- per request for 24 h on a sale that refuses everyone, so that Redis
+    -- grows with the number of keys sent rather than with the orders taken;
+    -- this way a sale holds at most one key per order it accepted.
+    if code ~= OK then
+      rid = ''
+    elseif ik > 0 then
       redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid, 'EX', ttl)
     end
   end
