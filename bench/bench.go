@@ -42,6 +42,11 @@ type Options struct {
 	MySQLDSN string // order database, go-sql-driver form; required unless NoMySQL
 	NoMySQL  bool   // skip the MySQL wait and checks (gateway-only runs)
 
+	// JWTSecret is the gateway's FLASHGATE_BUYER_JWT_SECRET: when set,
+	// every buy carries "Authorization: Bearer" an HS256 token for its
+	// buyer, signed with it, valid until an hour past MaxDuration.
+	JWTSecret string
+
 	Sale     string  // sale id to create; default bench-<random>. It must not exist yet.
 	Stock    int64   // units on offer (≥ 0)
 	Limit    int64   // per_user_limit; default 1
@@ -122,6 +127,10 @@ func (o Options) normalize() (Options, error) {
 		return bad("rate %v: want 0 (closed loop) to 10000000", o.Rate)
 	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0:
 		return bad("durations must not be negative")
+	case o.JWTSecret != "" && len(o.JWTSecret) < 32:
+		// The gateway refuses such a secret at start: one this short is
+		// not the gateway's.
+		return bad("jwt-secret: at least 32 bytes, as FLASHGATE_BUYER_JWT_SECRET")
 	}
 	if o.Raw {
 		o.NoMySQL, o.UntilSoldOut = true, false

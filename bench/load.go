@@ -3,8 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -45,6 +49,8 @@ const (
 	oBadRequest
 	oTooLarge
 	oUnavailable
+	oUnauthorized
+	oForbidden
 	oOther
 	oError
 	numOutcomes
@@ -53,7 +59,7 @@ const (
 var outcomeNames = [numOutcomes]string{
 	"accepted", "sold_out", "limit_reached", "insufficient_stock", "rate_limited", "locked",
 	"not_started", "ended", "not_found", "idempotency_conflict", "bad_request", "too_large",
-	"unavailable", "other", "error",
+	"unavailable", "unauthorized", "forbidden", "other", "error",
 }
 
 var (
@@ -91,6 +97,10 @@ func classify(body []byte) int {
 		return oTooLarge
 	case "unavailable":
 		return oUnavailable
+	case "unauthorized":
+		return oUnauthorized
+	case "forbidden":
+		return oForbidden
 	}
 	return oOther
 }
@@ -138,6 +148,9 @@ type load struct {
 	start    time.Time
 	interval float64 // ns between scheduled sends (open loop)
 	permA    uint64
+	// tokenExp is the exp of the buyer tokens of a run with a JWT secret:
+	// past the run's end, so that no token expires while it is used.
+	tokenExp int64
 
 	stop     chan struct{}
 	halted   atomic.Bool
@@ -200,6 +213,9 @@ func newLoad(o Options, adm *admin) *load {
 	}
 	if o.Rate > 0 {
 		l.interval = float64(time.Second) / o.Rate
+	}
+	if o.JWTSecret != "" {
+		l.tokenExp = time.Now().Add(o.MaxDuration + time.Hour).Unix()
 	}
 	return l
 }
@@ -383,6 +399,12 @@ type worker struct {
 	resp  *fasthttp.Response
 	body  []byte
 	timer *time.Timer
+
+	// With a JWT secret: the worker's HMAC, reset for each token, and the
+	// buffers a token is built in, so that signing allocates nothing and
+	// costs the client little next to what it measures.
+	mac          hash.Hash
+	auth, claims []byte
 }
 
 func newWorker(l *load) *worker {
@@ -391,7 +413,38 @@ func newWorker(l *load) *worker {
 	w.req.Header.SetMethod(fasthttp.MethodPost)
 	w.req.SetRequestURI(l.buyURL)
 	w.req.Header.SetContentType("application/json")
+	if l.o.JWTSecret != "" {
+		w.mac = hmac.New(sha256.New, []byte(l.o.JWTSecret))
+	}
 	return w
+}
+
+// tokenHeader is the JOSE header of every token the bench signs, encoded.
+var tokenHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
+
+// authorize sets the request's Authorization to a buyer token for user: an
+// HS256 JWT (RFC 7519) with sub = user and the run's exp, as the shop's
+// login would issue and the gateway checks (API.md, "Buyer
+// authentication").
+func (w *worker) authorize(user string) {
+	const scheme = "Bearer "
+	w.claims = append(w.claims[:0], `{"sub":"`...)
+	w.claims = append(w.claims, user...)
+	w.claims = append(w.claims, `","exp":`...)
+	w.claims = strconv.AppendInt(w.claims, w.l.tokenExp, 10)
+	w.claims = append(w.claims, '}')
+	b := append(w.auth[:0], scheme...)
+	b = append(b, tokenHeader...)
+	b = append(b, '.')
+	b = base64.RawURLEncoding.AppendEncode(b, w.claims)
+	w.mac.Reset()
+	w.mac.Write(b[len(scheme):])
+	// The claims buffer is free again: the MAC goes there on its way.
+	w.claims = w.mac.Sum(w.claims[:0])
+	b = append(b, '.')
+	b = base64.RawURLEncoding.AppendEncode(b, w.claims)
+	w.auth = b
+	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, b)
 }
 
 func (w *worker) run() {
@@ -436,6 +489,9 @@ func (w *worker) send(s *spec, t0 time.Time) {
 	w.body = append(w.body, s.user...)
 	w.body = append(w.body, `","quantity":1}`...)
 	w.req.SetBodyRaw(w.body)
+	if w.mac != nil {
+		w.authorize(s.user)
+	}
 	if s.key != "" {
 		w.req.Header.Set("Idempotency-Key", s.key)
 	} else {

@@ -9,6 +9,12 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +42,104 @@ type Config struct {
 	Admission Admission
 	Batch     Batch
 	Cache     Cache
+	Buyer     Buyer
+}
+
+// Buyer configures buyer authentication (API.md, "Buyer authentication").
+// With neither field set it is off and the gateway trusts the body's
+// user_id; at most one may be set.
+type Buyer struct {
+	// JWTSecret is the HS256 key buyer tokens are signed with, at least
+	// MinJWTSecret bytes.
+	JWTSecret string
+	// JWTKeyFile is a PEM file holding the public key buyer tokens are
+	// signed with: RSA (RS256), ECDSA P-256 (ES256) or Ed25519 (EdDSA).
+	JWTKeyFile string
+}
+
+// MinJWTSecret is the shortest HS256 secret accepted: RFC 7518 §3.2 asks
+// for a key at least as long as the hash, 256 bits.
+const MinJWTSecret = 32
+
+// On reports whether buyer authentication is on.
+func (b Buyer) On() bool { return b.JWTSecret != "" || b.JWTKeyFile != "" }
+
+// VerifyKey returns the key buyer tokens are verified with: the secret as
+// []byte, or the public key of JWTKeyFile as *rsa.PublicKey,
+// *ecdsa.PublicKey (P-256) or ed25519.PublicKey. It reads the file, so it
+// blocks on the file system; nil, nil when authentication is off. Errors
+// say what is wrong with the file without quoting it. Load has called it
+// once already, so that a bad key stops the process at start.
+func (b Buyer) VerifyKey() (any, error) {
+	switch {
+	case b.JWTSecret != "" && b.JWTKeyFile != "":
+		return nil, errors.New("set either FLASHGATE_BUYER_JWT_SECRET or FLASHGATE_BUYER_JWT_KEY_FILE, not both")
+	case b.JWTSecret != "":
+		if len(b.JWTSecret) < MinJWTSecret {
+			return nil, fmt.Errorf("must be at least %d bytes", MinJWTSecret)
+		}
+		return []byte(b.JWTSecret), nil
+	case b.JWTKeyFile != "":
+		raw, err := os.ReadFile(b.JWTKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		key, err := parsePublicKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.JWTKeyFile, err)
+		}
+		return key, nil
+	}
+	return nil, nil
+}
+
+// parsePublicKey reads the one PEM block of raw: a PKIX public key ("PUBLIC
+// KEY"), a PKCS #1 RSA public key ("RSA PUBLIC KEY") or a certificate, whose
+// key is taken. A private key is refused rather than used: the gateway only
+// verifies, and a signing key has no business on it.
+func parsePublicKey(raw []byte) (any, error) {
+	block, rest := pem.Decode(raw)
+	if block == nil {
+		return nil, errors.New("no PEM block found")
+	}
+	if next, _ := pem.Decode(rest); next != nil {
+		return nil, errors.New("more than one PEM block; the file must hold one public key")
+	}
+	var key any
+	var err error
+	switch block.Type {
+	case "PUBLIC KEY":
+		key, err = x509.ParsePKIXPublicKey(block.Bytes)
+	case "RSA PUBLIC KEY":
+		key, err = x509.ParsePKCS1PublicKey(block.Bytes)
+	case "CERTIFICATE":
+		var cert *x509.Certificate
+		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+			key = cert.PublicKey
+		}
+	default:
+		if strings.Contains(block.Type, "PRIVATE") {
+			return nil, fmt.Errorf("holds a %s; give the public key (openssl pkey -pubout)", block.Type)
+		}
+		return nil, fmt.Errorf("PEM block %q is not a public key", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", block.Type, err)
+	}
+	switch k := key.(type) {
+	case *rsa.PublicKey:
+		if k.N.BitLen() < 2048 {
+			return nil, fmt.Errorf("RSA key of %d bits; at least 2048 are needed", k.N.BitLen())
+		}
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() {
+			return nil, fmt.Errorf("ECDSA key on %s; ES256 needs P-256", k.Curve.Params().Name)
+		}
+	case ed25519.PublicKey:
+	default:
+		return nil, fmt.Errorf("a %T key; want RSA, ECDSA P-256 or Ed25519", key)
+	}
+	return key, nil
 }
 
 // Batch configures the coalescing of one sale's concurrent reservations into
@@ -203,13 +307,20 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			if s == nil {
 				return nil, fmt.Errorf("config: %s: %w: unknown key %q", path, ErrInvalid, key)
 			}
+			if v == "" && values[key] != "" && s.noBlank {
+				return nil, &SettingError{Env: s.env, Key: s.key, Err: errBlank}
+			}
 			if err := s.set(c, v); err != nil {
 				return nil, &SettingError{Env: s.env, Key: s.key, Err: err}
 			}
 		}
 	}
 	for _, s := range settings {
-		if v, ok := lookup(getenv, s.env); ok {
+		v, ok := lookup(getenv, s.env)
+		if !ok && s.noBlank && getenv(s.env) != "" {
+			return nil, &SettingError{Env: s.env, Key: s.key, Err: errBlank}
+		}
+		if ok {
 			if err := s.set(c, v); err != nil {
 				return nil, &SettingError{Env: s.env, Key: s.key, Err: err}
 			}
@@ -220,6 +331,11 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// errBlank refuses a secret that is set but only white space: read as unset
+// it would turn a protection off (a token of spaces left the admin API open
+// on loopback) while the operator believes it on.
+var errBlank = errors.New("is set but only white space")
 
 // lookup treats an empty variable as unset (getenv cannot tell them apart).
 // Surrounding white space, such as the newline of a value read from a file,
@@ -232,9 +348,15 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 	return v, true
 }
 
-// Validate checks the rules that involve more than one setting. The range of
-// each single setting is checked when it is parsed.
+// Validate checks the rules that involve more than one setting, and what
+// needs every source read first: the buyer key file is read and parsed here
+// (blocking on the file system). The range of each single setting is
+// checked when it is parsed; the admin token's form is checked again, for a
+// Config built in code.
 func (c *Config) Validate() error {
+	if err := checkAdminToken(c.Admin.Token); err != nil {
+		return &SettingError{Env: "FLASHGATE_ADMIN_TOKEN", Key: "admin.token", Err: err}
+	}
 	if c.Admin.Token == "" && !isLoopback(c.Admin.Addr) {
 		return &SettingError{Env: "FLASHGATE_ADMIN_ADDR", Key: "admin.addr",
 			Err: fmt.Errorf("%q is not a loopback address and FLASHGATE_ADMIN_TOKEN is not set", c.Admin.Addr)}
@@ -242,6 +364,15 @@ func (c *Config) Validate() error {
 	if c.HTTP.Addr == c.Admin.Addr && !strings.HasSuffix(c.HTTP.Addr, ":0") {
 		return &SettingError{Env: "FLASHGATE_ADMIN_ADDR", Key: "admin.addr",
 			Err: fmt.Errorf("same address as FLASHGATE_HTTP_ADDR (%s)", c.HTTP.Addr)}
+	}
+	if c.Buyer.On() {
+		env, key := "FLASHGATE_BUYER_JWT_KEY_FILE", "buyer.jwt_key_file"
+		if c.Buyer.JWTKeyFile == "" {
+			env, key = "FLASHGATE_BUYER_JWT_SECRET", "buyer.jwt_secret"
+		}
+		if _, err := c.Buyer.VerifyKey(); err != nil {
+			return &SettingError{Env: env, Key: key, Err: err}
+		}
 	}
 	return nil
 }

@@ -1,8 +1,16 @@
 package config_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -27,9 +35,15 @@ var apiDefaults = map[string]string{
 	"FLASHGATE_REDIS_TIMEOUT":  "500ms",
 	"FLASHGATE_MAX_BODY_BYTES": "4096",
 	"FLASHGATE_LOG_LEVEL":      "info",
+
+	"FLASHGATE_BUYER_JWT_SECRET":   "",
+	"FLASHGATE_BUYER_JWT_KEY_FILE": "",
 }
 
-const token16 = "0123456789abcdef"
+const (
+	token16  = "0123456789abcdef"
+	secret32 = "0123456789abcdef0123456789abcdef"
+)
 
 // env returns a getenv that knows only kv (name, value, name, value, …).
 func env(kv ...string) func(string) string {
@@ -77,6 +91,11 @@ func TestConfigDefaults(t *testing.T) {
 		{"FLASHGATE_REDIS_TIMEOUT", c.Redis.Timeout, 500 * time.Millisecond},
 		{"FLASHGATE_MAX_BODY_BYTES", c.HTTP.MaxBodyBytes, 4096},
 		{"FLASHGATE_LOG_LEVEL", c.Log.Level, "info"},
+		{"FLASHGATE_BUYER_JWT_SECRET", c.Buyer.JWTSecret, ""},
+		{"FLASHGATE_BUYER_JWT_KEY_FILE", c.Buyer.JWTKeyFile, ""},
+	}
+	if c.Buyer.On() {
+		t.Error("buyer authentication is on by default; API.md has it off")
 	}
 	if len(tests) != len(apiDefaults) {
 		t.Fatalf("%d rows for the %d settings of API.md", len(tests), len(apiDefaults))
@@ -108,6 +127,12 @@ func TestConfigEnv(t *testing.T) {
 			got: func(c *config.Config) any { return [2]string{c.Admin.Addr, c.Admin.Token} }, want: [2]string{"0.0.0.0:8081", token16}},
 		{name: "admin token", env: []string{"FLASHGATE_ADMIN_TOKEN", token16 + "xyz"},
 			got: func(c *config.Config) any { return c.Admin.Token }, want: token16 + "xyz"},
+		{name: "admin token of every printable kind", env: []string{"FLASHGATE_ADMIN_TOKEN", "A-z0_9.~+/=!#$%&'*^`|"},
+			got: func(c *config.Config) any { return c.Admin.Token }, want: "A-z0_9.~+/=!#$%&'*^`|"},
+		{name: "admin token read from a file keeps no newline", env: []string{"FLASHGATE_ADMIN_TOKEN", token16 + "\n"},
+			got: func(c *config.Config) any { return c.Admin.Token }, want: token16},
+		{name: "buyer jwt secret", env: []string{"FLASHGATE_BUYER_JWT_SECRET", secret32},
+			got: func(c *config.Config) any { return []any{c.Buyer.JWTSecret, c.Buyer.On()} }, want: []any{secret32, true}},
 		{name: "redis addrs one", env: []string{"FLASHGATE_REDIS_ADDRS", "10.0.0.1:7000"},
 			got: func(c *config.Config) any { return c.Redis.Addrs }, want: []string{"10.0.0.1:7000"}},
 		{name: "redis addrs cluster with spaces", env: []string{"FLASHGATE_REDIS_ADDRS", "10.0.0.1:7000, 10.0.0.2:7001 ,10.0.0.3:7002"},
@@ -355,6 +380,44 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}, secret: "short-secret"},
 		{name: "admin token too short in yaml", yaml: "admin:\n  token: short-secret\n",
 			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}, secret: "short-secret"},
+		// A token set to something a client cannot send back as it is, or
+		// that is only white space (it read as unset: the admin API stayed
+		// open on loopback while the operator believed it protected).
+		{name: "admin token of 16 spaces", env: []string{"FLASHGATE_ADMIN_TOKEN", strings.Repeat(" ", 16)},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token", "white space"}},
+		{name: "admin token of 16 spaces in yaml", yaml: "admin:\n  token: \"" + strings.Repeat(" ", 16) + "\"\n",
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token", "white space"}},
+		{name: "admin token of tabs and newlines", env: []string{"FLASHGATE_ADMIN_TOKEN", "\t\t\t\t\n\n\n\n\t\t\t\t\r\r\r\r"},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}},
+		{name: "admin token with a space inside", env: []string{"FLASHGATE_ADMIN_TOKEN", "01234567 89abcdef"},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token", "printable ASCII"}, secret: "01234567 89abcdef"},
+		{name: "admin token with a tab inside in yaml", yaml: "admin:\n  token: \"01234567\\t89abcdef\"\n",
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token", "printable ASCII"}},
+		{name: "admin token with NUL bytes", env: []string{"FLASHGATE_ADMIN_TOKEN", strings.Repeat("\x00", 16)},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}},
+		{name: "admin token with DEL", env: []string{"FLASHGATE_ADMIN_TOKEN", token16 + "\x7f"},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}},
+		{name: "admin token of non-ASCII letters", env: []string{"FLASHGATE_ADMIN_TOKEN", "ééééééééééééééééé"},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}},
+		{name: "admin token of zero-width spaces", env: []string{"FLASHGATE_ADMIN_TOKEN", strings.Repeat("\u200b", 16)},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token"}},
+		{name: "admin token short once trimmed", env: []string{"FLASHGATE_ADMIN_TOKEN", "      short-secret      "},
+			want: []string{"FLASHGATE_ADMIN_TOKEN", "admin.token", "16"}, secret: "short-secret"},
+
+		// Buyer authentication.
+		{name: "buyer secret too short", env: []string{"FLASHGATE_BUYER_JWT_SECRET", secret32[:31]},
+			want: []string{"FLASHGATE_BUYER_JWT_SECRET", "buyer.jwt_secret", "32"}, secret: secret32[:31]},
+		{name: "buyer secret too short in yaml", yaml: "buyer:\n  jwt_secret: " + secret32[:20] + "\n",
+			want: []string{"FLASHGATE_BUYER_JWT_SECRET", "buyer.jwt_secret", "32"}, secret: secret32[:20]},
+		{name: "buyer secret of spaces", env: []string{"FLASHGATE_BUYER_JWT_SECRET", strings.Repeat(" ", 40)},
+			want: []string{"FLASHGATE_BUYER_JWT_SECRET", "buyer.jwt_secret", "white space"}},
+		{name: "buyer key file of spaces", env: []string{"FLASHGATE_BUYER_JWT_KEY_FILE", "   "},
+			want: []string{"FLASHGATE_BUYER_JWT_KEY_FILE", "buyer.jwt_key_file"}},
+		{name: "buyer key file missing", env: []string{"FLASHGATE_BUYER_JWT_KEY_FILE", "/nonexistent/buyer.pem"},
+			want: []string{"FLASHGATE_BUYER_JWT_KEY_FILE", "buyer.jwt_key_file", "/nonexistent/buyer.pem"}},
+		{name: "buyer secret and key file both", env: []string{"FLASHGATE_BUYER_JWT_SECRET", secret32, "FLASHGATE_BUYER_JWT_KEY_FILE", "/etc/hostname"},
+			want: []string{"FLASHGATE_BUYER_JWT_SECRET", "FLASHGATE_BUYER_JWT_KEY_FILE", "not both"}, secret: secret32},
+
 		{name: "admin public without token", env: []string{"FLASHGATE_ADMIN_ADDR", "0.0.0.0:8081"},
 			want: []string{"FLASHGATE_ADMIN_ADDR", "admin.addr", "FLASHGATE_ADMIN_TOKEN"}},
 		{name: "admin all interfaces without token", env: []string{"FLASHGATE_ADMIN_ADDR", ":8081"},
@@ -612,5 +675,175 @@ func TestConfigSettings(t *testing.T) {
 				t.Errorf("default via YAML %s reads back as %q, want %q", s.Key, got, want)
 			}
 		})
+	}
+}
+
+// writePEM writes PEM blocks to a fresh file and returns its path.
+func writePEM(t *testing.T, blocks ...*pem.Block) string {
+	t.Helper()
+	var b []byte
+	for _, bl := range blocks {
+		b = append(b, pem.EncodeToMemory(bl)...)
+	}
+	path := filepath.Join(t.TempDir(), "buyer.pem")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func pkix(t *testing.T, pub any) *pem.Block {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pem.Block{Type: "PUBLIC KEY", Bytes: der}
+}
+
+// The buyer key file is read and parsed by Load: each kind of key the
+// gateway can pin an algorithm to loads, everything else stops the start
+// with one line naming the setting.
+func TestConfigBuyerKeyFile(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smallRSA, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edPub, edPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	certDER, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, edPub, edPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privDER, err := x509.MarshalPKCS8PrivateKey(ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	good := []struct {
+		name  string
+		block *pem.Block
+		want  string // %T of the key
+	}{
+		{"rsa pkix", pkix(t, &rsaKey.PublicKey), "*rsa.PublicKey"},
+		{"rsa pkcs1", &pem.Block{Type: "RSA PUBLIC KEY", Bytes: x509.MarshalPKCS1PublicKey(&rsaKey.PublicKey)}, "*rsa.PublicKey"},
+		{"ecdsa p-256", pkix(t, &ecKey.PublicKey), "*ecdsa.PublicKey"},
+		{"ed25519", pkix(t, edPub), "ed25519.PublicKey"},
+		{"certificate", &pem.Block{Type: "CERTIFICATE", Bytes: certDER}, "ed25519.PublicKey"},
+	}
+	for _, tt := range good {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writePEM(t, tt.block)
+			c, err := config.Load("", env("FLASHGATE_BUYER_JWT_KEY_FILE", path))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if !c.Buyer.On() || c.Buyer.JWTKeyFile != path {
+				t.Fatalf("Buyer = %+v", c.Buyer)
+			}
+			key, err := c.Buyer.VerifyKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprintf("%T", key); got != tt.want {
+				t.Errorf("key is %s, want %s", got, tt.want)
+			}
+		})
+	}
+
+	bad := []struct {
+		name string
+		file func(t *testing.T) string
+		want string // part of the error
+	}{
+		{"rsa under 2048 bits", func(t *testing.T) string { return writePEM(t, pkix(t, &smallRSA.PublicKey)) }, "2048"},
+		{"ecdsa p-384", func(t *testing.T) string { return writePEM(t, pkix(t, &p384.PublicKey)) }, "P-256"},
+		{"private key", func(t *testing.T) string {
+			return writePEM(t, &pem.Block{Type: "PRIVATE KEY", Bytes: privDER})
+		}, "public key"},
+		{"two keys", func(t *testing.T) string { return writePEM(t, pkix(t, edPub), pkix(t, &ecKey.PublicKey)) }, "one public key"},
+		{"not a key", func(t *testing.T) string {
+			return writePEM(t, &pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{1}})
+		}, "not a public key"},
+		{"corrupt der", func(t *testing.T) string {
+			return writePEM(t, &pem.Block{Type: "PUBLIC KEY", Bytes: []byte("nonsense")})
+		}, "PUBLIC KEY"},
+		{"not pem", func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), "key")
+			if err := os.WriteFile(path, []byte("ssh-ed25519 AAAA buyer@example\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}, "no PEM block"},
+		{"empty file", func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), "key")
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}, "no PEM block"},
+		{"a directory", func(t *testing.T) string { return t.TempDir() }, "is a directory"},
+		{"unreadable", func(t *testing.T) string {
+			if os.Geteuid() == 0 {
+				t.Skip("root reads any file")
+			}
+			path := writePEM(t, pkix(t, edPub))
+			if err := os.Chmod(path, 0); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}, "permission denied"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tt.file(t)
+			for _, src := range []string{"env", "yaml"} {
+				var c *config.Config
+				var err error
+				if src == "env" {
+					c, err = config.Load("", env("FLASHGATE_BUYER_JWT_KEY_FILE", path))
+				} else {
+					c, err = config.Load(writeYAML(t, "buyer:\n  jwt_key_file: "+path+"\n"), env())
+				}
+				if err == nil {
+					t.Fatalf("%s: Load succeeded (%+v)", src, c.Buyer)
+				}
+				msg := err.Error()
+				if !errors.Is(err, config.ErrInvalid) || strings.ContainsAny(msg, "\r\n") {
+					t.Errorf("%s: error %q: want one line wrapping ErrInvalid", src, msg)
+				}
+				for _, w := range []string{"FLASHGATE_BUYER_JWT_KEY_FILE", "buyer.jwt_key_file", tt.want} {
+					if !strings.Contains(msg, w) {
+						t.Errorf("%s: error %q does not name %q", src, msg, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A secret is masked in the start-up log like every other.
+func TestConfigFieldsMasksBuyerSecret(t *testing.T) {
+	c, err := config.Load("", env("FLASHGATE_BUYER_JWT_SECRET", secret32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Fields()["buyer.jwt_secret"]; v != "***" {
+		t.Errorf("Fields()[buyer.jwt_secret] = %q, want ***", v)
 	}
 }

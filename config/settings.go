@@ -17,8 +17,11 @@ import (
 type setting struct {
 	env, key, def, doc string
 	secret             bool
-	set                func(c *Config, v string) error
-	get                func(c *Config) string
+	// noBlank refuses a value that is only white space instead of reading
+	// it as unset: for settings whose absence turns a protection off.
+	noBlank bool
+	set     func(c *Config, v string) error
+	get     func(c *Config) string
 }
 
 // Setting describes one setting for documentation (the table in
@@ -50,11 +53,12 @@ var settings = []setting{
 		"public listener (buyers, load balancer health checks)", func(c *Config) *string { return &c.HTTP.Addr }),
 	addrSetting("FLASHGATE_ADMIN_ADDR", "admin.addr", "127.0.0.1:8081",
 		"admin listener (admin API, /metrics); must be loopback when no token is set", func(c *Config) *string { return &c.Admin.Addr }),
-	{env: "FLASHGATE_ADMIN_TOKEN", key: "admin.token", def: "", secret: true,
-		doc: "bearer token for the admin API; with none set, the admin listener binds loopback only and asks for no token",
+	{env: "FLASHGATE_ADMIN_TOKEN", key: "admin.token", def: "", secret: true, noBlank: true,
+		doc: "bearer token for the admin API: at least 16 printable ASCII characters, no white space; " +
+			"with none set, the admin listener binds loopback only and asks for no token",
 		set: func(c *Config, v string) error {
-			if v != "" && len(v) < 16 {
-				return fmt.Errorf("must be at least 16 characters")
+			if err := checkAdminToken(v); err != nil {
+				return err
 			}
 			c.Admin.Token = v
 			return nil
@@ -234,6 +238,42 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.Cache.ClosedTTL }),
 	intSetting("FLASHGATE_ADMISSION_BURST", "admission.burst", "0", "token bucket size of admission.rate (0: one second's worth)", 0, 10_000_000,
 		func(c *Config) *int { return &c.Admission.Burst }),
+	{env: "FLASHGATE_BUYER_JWT_SECRET", key: "buyer.jwt_secret", def: "", secret: true, noBlank: true,
+		doc: "HS256 key (at least 32 bytes) that buyer tokens are signed with; set, every buy and order-status request needs " +
+			"Authorization: Bearer TOKEN, a JWT with an exp and sub = the buyer (see operations.md, Security). " +
+			"Empty: buyer authentication is off and the body's user_id is trusted",
+		set: func(c *Config, v string) error {
+			if v != "" && len(v) < MinJWTSecret {
+				return fmt.Errorf("must be at least %d bytes", MinJWTSecret)
+			}
+			c.Buyer.JWTSecret = v
+			return nil
+		},
+		get: func(c *Config) string { return c.Buyer.JWTSecret }},
+	{env: "FLASHGATE_BUYER_JWT_KEY_FILE", key: "buyer.jwt_key_file", def: "", noBlank: true,
+		doc: "instead of a secret: a PEM public key (RSA of 2048 bits or more, ECDSA P-256 or Ed25519) that buyer tokens are signed with " +
+			"(RS256, ES256 or EdDSA, pinned by the key); read at start",
+		set: func(c *Config, v string) error { c.Buyer.JWTKeyFile = v; return nil },
+		get: func(c *Config) string { return c.Buyer.JWTKeyFile }},
+}
+
+// checkAdminToken refuses an admin token that a client could not send
+// back as it is: white space or control characters inside it (a header
+// value loses surrounding ones, and a token of spaces once passed), and
+// anything short enough to guess. It never quotes the token.
+func checkAdminToken(v string) error {
+	if v == "" {
+		return nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] <= ' ' || v[i] > '~' {
+			return fmt.Errorf("must be printable ASCII without white space (character %d is not)", i+1)
+		}
+	}
+	if len(v) < 16 {
+		return fmt.Errorf("must be at least 16 characters")
+	}
+	return nil
 }
 
 var (

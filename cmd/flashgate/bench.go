@@ -38,6 +38,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.URL, "url", "", "gateway public base URL (default http:// + FLASHGATE_HTTP_ADDR)")
 	fs.StringVar(&o.AdminURL, "admin-url", "", "admin listener base URL (default http:// + FLASHGATE_ADMIN_ADDR)")
 	fs.StringVar(&o.Token, "token", "", "admin bearer token (default FLASHGATE_ADMIN_TOKEN)")
+	fs.StringVar(&o.JWTSecret, "jwt-secret", "", "the gateway's HS256 buyer secret: every buy then carries a token for its buyer signed with it "+
+		"(default FLASHGATE_BUYER_JWT_SECRET, which keeps it out of ps; a gateway with FLASHGATE_BUYER_JWT_KEY_FILE cannot be driven, the bench holds no private key)")
 	fs.StringVar(&o.MySQLDSN, "mysql-dsn", "", "order database (default FLASHGATE_MYSQL_DSN, else the built-in default)")
 	fs.BoolVar(&o.NoMySQL, "no-mysql", false, "skip the MySQL wait and checks (gateway-only runs)")
 	fs.StringVar(&o.Sale, "sale", "", "id of the sale to create; it must not exist (default bench-<random>)")
@@ -78,6 +80,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if o.Token == "" {
 		o.Token = cfg.Admin.Token
+	}
+	if o.JWTSecret == "" {
+		o.JWTSecret = cfg.Buyer.JWTSecret
 	}
 	if o.MySQLDSN == "" {
 		o.MySQLDSN = cfg.MySQL.DSN
