@@ -276,32 +276,40 @@ func (o *outbox) unremoved() int { return o.toRemove }
 
 // remove acknowledges and deletes the confirmed entries, one MULTI per
 // sale so that an entry is never acknowledged without being deleted (it
-// would then sit in the outbox for ever, never read again). On failure the
-// entries stay held, to be removed by the next call, and the error says how
-// many wait.
+// would then sit in the outbox for ever, never read again). A MULTI never
+// holds two sales: their outboxes live in different hash slots, and Redis
+// Cluster refuses a transaction across slots (CROSSSLOT), which would stall
+// every sale behind the one removal. A sale whose removal fails keeps its
+// entries held, to be removed by the next call; the others are removed,
+// and the error says how many wait.
 func (o *outbox) remove(ctx context.Context) error {
 	if o.toRemove == 0 {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, redisCall)
 	defer cancel()
-	pipe := o.rdb.TxPipeline()
+	var firstErr error
 	for sale, ids := range o.acks {
 		key := o.keys.Outbox(sale)
+		pipe := o.rdb.TxPipeline()
 		pipe.XAck(cctx, key, Group, ids...)
 		pipe.XDel(cctx, key, ids...)
-	}
-	if _, err := pipe.Exec(cctx); err != nil {
-		o.n.errs.Add(1)
-		return fmt.Errorf("relay: remove %d confirmed entries: %w", o.toRemove, err)
-	}
-	for sale, ids := range o.acks {
+		if _, err := pipe.Exec(cctx); err != nil {
+			o.n.errs.Add(1)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
 		for _, id := range ids {
 			o.untrack(sale, id)
 		}
 		o.n.removed.Add(uint64(len(ids)))
+		o.toRemove -= len(ids)
 		delete(o.acks, sale)
 	}
-	o.toRemove = 0
+	if firstErr != nil {
+		return fmt.Errorf("relay: remove confirmed entries, %d still wait: %w", o.toRemove, firstErr)
+	}
 	return nil
 }
