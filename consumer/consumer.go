@@ -3,19 +3,25 @@
 // the writer are package orderdb's; the consumer decides what is written
 // when, and what is acknowledged, retried or dead-lettered.
 //
-// A consumer takes deliveries with manual acknowledgement and a prefetch
-// window, gathers them into batches (up to consumer.batch_size, or whatever
-// came within consumer.batch_wait) and writes each batch in one transaction
-// that inserts the orders idempotently on order_id and adds the rows it
-// actually inserted to the per-sale ledger. Only after COMMIT does it
-// acknowledge the batch; then it marks the orders created in Redis for status
-// polling (best effort, off the acknowledgement path). A message that is not
-// a valid order is rejected without requeue, which dead-letters it.
+// Every message is a snapshot of one order in one state (package order): the
+// order as accepted, and one more per change of state (paid, cancelled,
+// expired). A consumer takes deliveries with manual acknowledgement and a
+// prefetch window, gathers them into batches (up to consumer.batch_size, or
+// whatever came within consumer.batch_wait) and writes each batch in one
+// transaction (orderdb.WriteOrders) that inserts the orders not yet in MySQL,
+// adds the rows it actually inserted to the per-sale ledger, and moves the
+// others to their snapshot's state unless theirs is final. Only after COMMIT
+// does it acknowledge the batch; then it marks the orders created in Redis
+// for status polling (best effort, off the acknowledgement path). A message
+// that is not a valid order is rejected without requeue, which dead-letters
+// it.
 //
 // RabbitMQ delivers at least once (a delivery whose ack was lost comes
-// again, and the relay may publish an order twice); the insert on the
-// order_id primary key turns that into exactly once in MySQL, ledger
-// included. Any number of consumers may run at once on the same queue.
+// again, and the relay may publish an order twice), and in no promised order
+// between an order and its change of state; the insert on the order_id
+// primary key turns that into exactly once in MySQL, ledger included, and
+// the final states, which no snapshot leaves, make the state monotone. Any
+// number of consumers may run at once on the same queue.
 package consumer
 
 import (
@@ -74,7 +80,8 @@ type Stats struct {
 	Deliveries   uint64 // messages received (redeliveries included)
 	Redelivered  uint64 // of those, messages RabbitMQ had delivered before
 	Inserted     uint64 // rows inserted into orders
-	Duplicates   uint64 // orders that were already in MySQL
+	Duplicates   uint64 // snapshots of orders that were already in MySQL (redeliveries, duplicates, changes of state)
+	Updated      uint64 // of those, rows whose state this consumer changed
 	Batches      uint64 // transactions committed
 	DeadLettered uint64 // malformed messages rejected to the dead-letter queue
 	DBErrors     uint64 // failed transactions (retried)
@@ -103,8 +110,8 @@ type Consumer struct {
 	started atomic.Bool
 	seq     int
 
-	deliveries, inserted, duplicates, batches, deadLettered, dbErrors atomic.Uint64
-	ackErrors, marked, markErrors, markDropped, redelivered           atomic.Uint64
+	deliveries, inserted, duplicates, updated, batches, deadLettered, dbErrors atomic.Uint64
+	ackErrors, marked, markErrors, markDropped, redelivered                    atomic.Uint64
 
 	observe           func(orders int, took time.Duration)
 	metrics           *metrics.Set
@@ -164,6 +171,7 @@ func (c *Consumer) Stats() Stats {
 		Redelivered:  c.redelivered.Load(),
 		Inserted:     c.inserted.Load(),
 		Duplicates:   c.duplicates.Load(),
+		Updated:      c.updated.Load(),
 		Batches:      c.batches.Load(),
 		DeadLettered: c.deadLettered.Load(),
 		DBErrors:     c.dbErrors.Load(),
@@ -500,6 +508,7 @@ func (c *Consumer) count(w orderdb.Written, n int, took time.Duration) {
 	c.batches.Add(1)
 	c.inserted.Add(uint64(w.Inserted))
 	c.duplicates.Add(uint64(w.Duplicates))
+	c.updated.Add(uint64(w.Updated))
 	c.batchSize.Update(float64(n))
 	c.insert.Update(took.Seconds())
 	if c.observe != nil {

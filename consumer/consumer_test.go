@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -15,7 +16,8 @@ import (
 // TestConsumerIdempotentAndMarks guards Invariant 3 (every 202 becomes
 // exactly one MySQL row) where RabbitMQ delivers an order twice: one row,
 // counted once in the ledger, then marked created for status polling. The
-// consumer's metrics say the same.
+// consumer's metrics say the same: the second copy of each is a duplicate
+// (a snapshot of an order already in MySQL) that changed no state.
 func TestConsumerIdempotentAndMarks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -47,6 +49,7 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 	for _, series := range []string{
 		"flashgate_consumer_inserted_total 3\n",
 		"flashgate_consumer_duplicates_total 3\n",
+		"flashgate_consumer_state_updates_total 0\n",
 		"flashgate_consumer_deliveries_total 6\n",
 		"flashgate_consumer_connected 1\n",
 		"flashgate_consumer_batch_size_count ",
@@ -58,16 +61,79 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 	}
 }
 
-// TestPoisonMessageIsDeadLettered: a message that is not an order goes to the
-// dead-letter queue, as it came, and the consumer keeps going.
+// TestConsumerStateSnapshots guards Invariants 3 and 8 through RabbitMQ:
+// snapshots of orders in their states arrive in any order and some twice.
+// Each order is one row, counted once in the ledger, in its latest state,
+// and a final state stays final whatever is delivered after it: a pending
+// order then paid then its pending snapshot again stays paid; a payment
+// delivered before its order inserts the order (paid) and the order's own
+// message changes nothing; a confirmed order cancelled stays cancelled when
+// its confirmed snapshot comes again. Every order is marked created.
+func TestConsumerStateSnapshots(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	os := orderdbtest.Orders("s", 3)
+	for _, o := range os {
+		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String())
+	}
+	payBy := time.UnixMilli(time.Now().Add(time.Minute).UnixMilli()).UTC()
+	in := func(o order.Order, state string) order.Order {
+		o.State = state
+		if state != order.StateConfirmed && state != order.StateCancelled {
+			o.PayBy = payBy
+		}
+		return o
+	}
+	a, b, c := os[0], os[1], os[2]
+	seq := []order.Order{
+		in(a, order.StatePendingPayment), in(b, order.StatePaid), in(c, order.StateConfirmed),
+		in(a, order.StatePaid), in(b, order.StatePendingPayment), in(c, order.StateCancelled),
+		in(c, order.StateConfirmed), in(a, order.StatePendingPayment),
+	}
+	// One at a time, so that some land in batches of their own and some
+	// together: the outcome must not depend on it.
+	cons, _ := e.startConsumer(nil)
+	for _, body := range bodies(t, seq) {
+		e.publish(body)
+	}
+	waitFor(t, 20*time.Second, "eight deliveries not handled", func() bool { s := cons.Stats(); return s.Inserted+s.Duplicates == 8 })
+	if s := cons.Stats(); s.Inserted != 3 || s.Duplicates != 5 || s.DeadLettered != 0 {
+		t.Fatalf("stats %+v; want 3 inserted, 5 duplicates", s)
+	}
+	rows, units, lu, lo := e.totals("s")
+	if rows != 3 || lo != 3 || lu != units {
+		t.Fatalf("rows %d units %d ledger %d/%d; want 3 rows, counted once", rows, units, lu, lo)
+	}
+	for _, want := range []struct {
+		o     order.Order
+		state string
+	}{{a, order.StatePaid}, {b, order.StatePaid}, {c, order.StateCancelled}} {
+		if st, _ := orderdbtest.State(t, e.db, want.o.OrderID); st != want.state {
+			t.Errorf("order %s: state %q, want %q", want.o.OrderID, st, want.state)
+		}
+	}
+	waitFor(t, 10*time.Second, "orders not marked created", func() bool {
+		for _, o := range os {
+			if v := e.rdb.HGet(ctx, e.keys.Orders("s"), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestPoisonMessageIsDeadLettered: a message that is not an order (an
+// unknown state included) goes to the dead-letter queue, as it came, and
+// the consumer keeps going.
 func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	e := newEnv(t)
 	good := orderdbtest.Orders("s", 4)
 	gb := bodies(t, good)
-	poison := [][]byte{[]byte("not json"), []byte(`{"order_id":"x"}`)}
-	e.publish(gb[0], poison[0], gb[1], poison[1])
+	poison := [][]byte{[]byte("not json"), []byte(`{"order_id":"x"}`),
+		[]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"shipped"}`)}
+	e.publish(gb[0], poison[0], gb[1], poison[1], poison[2])
 	c, _ := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "poison not dead-lettered", func() bool { return c.Stats().DeadLettered == 2 })
+	waitFor(t, 20*time.Second, "poison not dead-lettered", func() bool { return c.Stats().DeadLettered == 3 })
 	e.publish(gb[2], gb[3]) // and it keeps going
 	waitFor(t, 20*time.Second, "good orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 4 })
 
@@ -80,9 +146,9 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 		if ok {
 			dead = append(dead, string(d.Body))
 		}
-		return len(dead) == 2
+		return len(dead) == 3
 	})
-	if dead[0] != string(poison[0]) || dead[1] != string(poison[1]) {
+	if dead[0] != string(poison[0]) || dead[1] != string(poison[1]) || dead[2] != string(poison[2]) {
 		t.Fatalf("dead-letter queue holds %q", dead)
 	}
 }

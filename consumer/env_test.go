@@ -3,12 +3,14 @@ package consumer
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
@@ -18,7 +20,20 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
+// TestMain runs the tests under the fault lock (shared: they use
+// RabbitMQ or MariaDB, and stop neither) and fails the package when a
+// goroutine outlives them: every client, session and server a test starts
+// must be stopped and waited for by its cleanup.
+func TestMain(m *testing.M) {
+	code := localstack.Run(m, false)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // env is one test's private corner of the shared services: a Redis key
 // prefix, an exchange and queues (localstack.Isolated), and a MySQL database

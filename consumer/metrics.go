@@ -27,6 +27,7 @@ func (c *Consumer) newMetrics() {
 		metrics.WriteCounterUint64(w, "flashgate_consumer_redeliveries_total", s.Redelivered)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_inserted_total", s.Inserted)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_duplicates_total", s.Duplicates)
+		metrics.WriteCounterUint64(w, "flashgate_consumer_state_updates_total", s.Updated)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_batches_total", s.Batches)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_dead_lettered_total", s.DeadLettered)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_db_errors_total", s.DBErrors)

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -18,8 +19,10 @@ import (
 // maxStock bounds the stock itself, not only a PUT's: restocks may add up
 // to it and no further (admin.lua refuses one that would pass it).
 const (
-	maxStock = 1_000_000_000
-	maxLimit = 1_000_000
+	maxStock         = 1_000_000_000
+	maxLimit         = 1_000_000
+	maxPaymentWindow = 86_400 // seconds
+	maxBuckets       = 16
 )
 
 // serveAdmin routes the admin listener, by adminRoutes.
@@ -52,9 +55,9 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		s.serveReload(ctx)
 	case routeAdminSale, routeAdminUpsert, routeRestock, routeLock, routeUnlock:
 		s.serveSale(ctx, m)
+	case routePay, routeCancel:
+		s.serveOrderChange(ctx, m)
 	default:
-		// routePay and routeCancel are not served yet: as if the order did
-		// not exist.
 		write(ctx, replyNotFound)
 	}
 }
@@ -83,7 +86,8 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 		v, created, err = s.store.Upsert(rctx, sale, u)
 		if err == nil {
 			s.audit(ctx, "sale.upsert", sale, zap.Bool("created", created), zap.Int64("stock", v.Stock),
-				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt))
+				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt),
+				zap.Int64("payment_window", v.PaymentWindow))
 		}
 	case routeRestock:
 		n, reason := parseRestock(ctx.PostBody())
@@ -126,6 +130,38 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 	write(ctx, reply{code: code, body: adminView(v)})
 }
 
+// serveOrderChange serves an admin pay or cancel of one order; the router
+// checked both ids. A body, if any, is ignored. It answers the order view,
+// or the conflict of API.md. A call that changed the order is an audit
+// event, also when what it did was to expire it (a pay or cancel at or
+// after pay_by); a repeat that changed nothing, and a refusal, are not.
+func (s *Server) serveOrderChange(ctx *fasthttp.RequestCtx, m match) {
+	sale, id := string(m.sale), string(m.order)
+	rctx, cancel := s.redisCtx()
+	defer cancel()
+	what, change := "order.pay", s.store.Pay
+	if m.route == routeCancel {
+		what, change = "order.cancel", s.store.Cancel
+	}
+	rec, changed, err := change(rctx, sale, id)
+	if changed {
+		s.audit(ctx, what, sale, zap.String("order_id", id), zap.String("state", rec.State),
+			zap.String("user_id", rec.UserID), zap.Int64("quantity", rec.Quantity))
+		if rec.State != order.StatePaid {
+			s.closed.forget(sale) // units are back: a sold-out sale may sell again
+		}
+	}
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			s.unavailable(ctx, "admin", err)
+			return
+		}
+		write(ctx, replyFor(err))
+		return
+	}
+	write(ctx, reply{code: fasthttp.StatusOK, body: appendOrderView(nil, sale, id, rec)})
+}
+
 func (s *Server) audit(ctx *fasthttp.RequestCtx, what, sale string, fields ...zap.Field) {
 	s.log.Info("audit", append([]zap.Field{zap.String("action", what), zap.String("sale_id", sale),
 		zap.String("who", s.who(ctx))}, fields...)...)
@@ -160,6 +196,12 @@ func adminView(v *SaleView) []byte {
 	b = appendTimes(b, v)
 	b = append(b, `,"outbox_pending":`...)
 	b = strconv.AppendInt(b, v.OutboxPending, 10)
+	b = append(b, `,"payment_window":`...)
+	b = strconv.AppendInt(b, v.PaymentWindow, 10)
+	b = append(b, `,"pending_payment":`...)
+	b = strconv.AppendInt(b, v.Pending, 10)
+	// Every sale has one bucket until buckets are built (parseSaleUpdate).
+	b = append(b, `,"buckets":1`...)
 	return append(b, '}')
 }
 
@@ -208,6 +250,13 @@ func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 
 // parseSaleUpdate parses an admin PUT body. A field left out is nil; a time
 // given as null is clearTime.
+//
+// buckets is checked against API.md's bounds (1–16), but a sale of more
+// than one bucket is refused (400) until buckets are built: a sale stored
+// with a bucket count its stock is not laid out for would be a sale that
+// the bucket code, once it comes, finds in a layout it does not expect. So
+// every sale has one bucket, and a PUT saying 1 is taken (and kept: there
+// is nothing to store).
 func parseSaleUpdate(body []byte) (SaleUpdate, string) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
@@ -227,6 +276,22 @@ func parseSaleUpdate(body []byte) (SaleUpdate, string) {
 			return u, "per_user_limit must be a whole number from 1 to 1000000"
 		}
 		u.Limit = &n
+	}
+	if r, ok := raw["payment_window"]; ok {
+		n, ok := wholeNumber(r)
+		if !ok || n < 0 || n > maxPaymentWindow {
+			return u, "payment_window must be a whole number of seconds from 0 to 86400"
+		}
+		u.PaymentWindow = &n
+	}
+	if r, ok := raw["buckets"]; ok {
+		n, ok := wholeNumber(r)
+		if !ok || n < 1 || n > maxBuckets {
+			return u, "buckets must be a whole number from 1 to 16"
+		}
+		if n != 1 {
+			return u, "buckets above 1 are not supported yet"
+		}
 	}
 	var reason string
 	if u.StartsAt, reason = parseTime(raw, "starts_at"); reason != "" {

@@ -15,11 +15,26 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/scripts"
 )
+
+// TestMain fails the package when a goroutine outlives its tests: every
+// server, subscription, client and proxy a test starts must be stopped and
+// waited for by its cleanup. (The tests that re-run this binary as a
+// gateway process check that process too.) Ignored, as fasthttp's own:
+// the Date header clock, one per process, started with the first server
+// and never stopped; and a stopped server's idle-worker cleaner, which
+// sleeps out its interval (Server.MaxIdleWorkerDuration, 10 s) before it
+// sees the stop.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+}
 
 const testToken = "test-admin-token-0123456789"
 

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // scrape reads /metrics into series name{labels} → value.
@@ -82,5 +84,80 @@ func TestMetricsMove(t *testing.T) {
 		if strings.HasPrefix(k, "flashgate_outbox_") {
 			t.Errorf("the gateway samples the outbox itself: %s", k)
 		}
+	}
+}
+
+// saleSeries returns the sales with a flashgate_sale_sold series.
+func saleSeries(m map[string]float64) []string {
+	var out []string
+	for k := range m {
+		if rest, ok := strings.CutPrefix(k, `flashgate_sale_sold{sale="`); ok {
+			out = append(out, strings.TrimSuffix(rest, `"}`))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestSaleMetricsManySales is issue 12's finding 7 at the gateway: with
+// 2,000 sales, /metrics has totals over all of them, and its per-sale
+// series are a fixed top-N (most sold, then by id), the same on every
+// scrape, rather than 500 random sales. (Before: no totals, and two
+// scrapes named different sales.)
+func TestSaleMetricsManySales(t *testing.T) {
+	g := startGateway(t)
+	const sales, over = 2000, 200
+	past := time.Now().Add(-time.Hour).UTC()
+	burst(sales, 32, func(i int) {
+		body := `{"stock":10,"per_user_limit":10}`
+		if i < over {
+			body = `{"stock":10,"per_user_limit":10,"starts_at":"` + past.Add(-time.Hour).Format(time.RFC3339) +
+				`","ends_at":"` + past.Format(time.RFC3339) + `"}`
+		}
+		if r := g.put(fmt.Sprintf("s%04d", i), body); r.code != 201 {
+			t.Errorf("create sale %d: %d %s", i, r.code, r.raw)
+		}
+	})
+	// The busiest sales sort last by id: only a ranking by sales shows them.
+	hot := []string{"s1997", "s1998", "s1999"}
+	for n, sale := range hot {
+		for u := range n + 1 {
+			if r := g.buy(sale, "u"+itoa(u), 1, ""); r.code != 202 {
+				t.Fatalf("buy in %s: %d %s", sale, r.code, r.raw)
+			}
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	m := g.scrape()
+	for series, want := range map[string]float64{
+		"flashgate_sales":               sales,
+		"flashgate_sales_live":          sales - over,
+		"flashgate_sale_series_omitted": sales - over - maxSaleSeries,
+	} {
+		if v, ok := m[series]; !ok || v != want {
+			t.Errorf("%s = %v (shown %v), want %v", series, v, ok, want)
+		}
+	}
+	shown := saleSeries(m)
+	if len(shown) != maxSaleSeries {
+		t.Fatalf("%d sales shown, want %d", len(shown), maxSaleSeries)
+	}
+	for _, sale := range hot {
+		if !slices.Contains(shown, sale) {
+			t.Errorf("sale %s, among the most sold, has no series", sale)
+		}
+	}
+	// Then by id, over sales excluded: s0200 on.
+	if shown[0] != fmt.Sprintf("s%04d", over) || shown[maxSaleSeries-4] != fmt.Sprintf("s%04d", over+maxSaleSeries-4) {
+		t.Errorf("below the hot sales, not the first live ids: %v … %v", shown[:3], shown[maxSaleSeries-4:])
+	}
+	if v := m[`flashgate_sale_sold{sale="s1999"}`]; v != 3 {
+		t.Errorf("sold of s1999 %v, want 3", v)
+	}
+	if again := saleSeries(g.scrape()); !slices.Equal(again, shown) {
+		t.Errorf("a second scrape of the same sales shows other sales")
 	}
 }

@@ -24,6 +24,12 @@ var (
 	ErrBadWindow           = errors.New("ends_at must be after starts_at")
 	ErrStockRequired       = errors.New("stock is required to create a sale")
 	ErrStockCeiling        = errors.New("restock would take stock above " + strconv.Itoa(maxStock))
+	// Outcomes of a pay or a cancel (Store.Pay, Store.Cancel).
+	ErrOrderNotFound  = errors.New("no such order")
+	ErrOrderPaid      = errors.New("order is paid")
+	ErrOrderCancelled = errors.New("order is cancelled")
+	ErrOrderExpired   = errors.New("order expired")
+	ErrOrderConfirmed = errors.New("order is confirmed: its sale asks no payment")
 	// ErrRateLimited is admission control shedding a buy before Redis.
 	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable wraps every failure to reach Redis in time, and every
@@ -61,6 +67,16 @@ func outcome(code scripts.Code) error {
 		return ErrStockRequired
 	case scripts.CodeStockCeiling:
 		return ErrStockCeiling
+	case scripts.CodeOrderNotFound:
+		return ErrOrderNotFound
+	case scripts.CodeOrderPaid:
+		return ErrOrderPaid
+	case scripts.CodeOrderCancelled:
+		return ErrOrderCancelled
+	case scripts.CodeOrderExpired:
+		return ErrOrderExpired
+	case scripts.CodeOrderConfirmed:
+		return ErrOrderConfirmed
 	default:
 		// An order id collision, or a code of a script the gateway does not
 		// understand. Neither promised anything to the buyer.
@@ -91,6 +107,10 @@ var (
 	replyIdemConflict     = fixed(422, "idempotency_conflict")
 	replyConflict         = conflict(ErrConflict.Error())
 	replyStockCeiling     = conflict(ErrStockCeiling.Error())
+	replyOrderPaid        = fixed(409, "order_paid")
+	replyOrderCancelled   = fixed(409, "order_cancelled")
+	replyOrderExpired     = fixed(409, "order_expired")
+	replyOrderConfirmed   = conflict(ErrOrderConfirmed.Error())
 	replyUnavailable      = fixed(503, "unavailable")
 	replyTooLarge         = fixed(413, "too_large")
 	replyRateLimited      = fixed(429, "rate_limited")
@@ -104,7 +124,7 @@ var (
 // outcomes are 503 unavailable: the gateway promised nothing.
 func replyFor(err error) reply {
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrOrderNotFound):
 		return replyNotFound
 	case errors.Is(err, ErrNotStarted):
 		return replyNotStarted
@@ -124,6 +144,14 @@ func replyFor(err error) reply {
 		return replyConflict
 	case errors.Is(err, ErrStockCeiling):
 		return replyStockCeiling
+	case errors.Is(err, ErrOrderPaid):
+		return replyOrderPaid
+	case errors.Is(err, ErrOrderCancelled):
+		return replyOrderCancelled
+	case errors.Is(err, ErrOrderExpired):
+		return replyOrderExpired
+	case errors.Is(err, ErrOrderConfirmed):
+		return replyOrderConfirmed
 	case errors.Is(err, ErrRateLimited):
 		return replyRateLimited
 	case errors.Is(err, ErrBadWindow), errors.Is(err, ErrStockRequired):

@@ -17,6 +17,13 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	m := publicRoutes.match(ctx.Method(), requestPath(ctx.Request.Header.RequestURI()))
+	var buyer string
+	if m.route == routeBuy || m.route == routeOrderStatus {
+		var ok bool
+		if buyer, ok = s.authenticate(ctx, m.route); !ok {
+			return
+		}
+	}
 	if m.miss.code != 0 {
 		writeMiss(ctx, m)
 		if m.route == routeBuy {
@@ -28,11 +35,11 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 	}
 	switch m.route {
 	case routeBuy:
-		s.serveBuy(ctx, m.sale)
+		s.serveBuy(ctx, m.sale, buyer)
 	case routeSaleView:
 		s.serveSaleView(ctx, m.sale)
 	case routeOrderStatus:
-		s.serveOrder(ctx, m.sale, m.order)
+		s.serveOrder(ctx, m.sale, m.order, buyer)
 	case routeHealthz:
 		write(ctx, replyOK)
 	case routeReadyz:
@@ -40,6 +47,37 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 	default:
 		write(ctx, replyNotFound)
 	}
+}
+
+// authenticate checks the buyer's token of a buy or an order-status request
+// (auth.go), before anything else is looked at: the ids, the body. It returns
+// the token's sub, or "" with authentication off; false when it answered 401
+// (or 503, for a verifier that could not be built).
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, rt route) (string, bool) {
+	a, err := s.buyerAuth()
+	if err != nil {
+		s.log.Error("buyer authentication", zap.Error(err))
+		status := write(ctx, replyUnavailable)
+		if rt == routeBuy {
+			s.metrics.observeBuy(status, time.Now())
+		}
+		return "", false
+	}
+	if a == nil {
+		return "", true
+	}
+	sub, err := a.check(&ctx.Request.Header)
+	if err != nil {
+		if ce := s.log.Check(zap.DebugLevel, "buyer token refused"); ce != nil {
+			ce.Write(zap.Error(err), zap.String("remote", remote(ctx)))
+		}
+		status := writeUnauthorized(ctx, err)
+		if rt == routeBuy {
+			s.metrics.observeBuy(status, time.Now())
+		}
+		return "", false
+	}
+	return sub, true
 }
 
 // writeMiss answers a request the router did not route: 404, 405 (with Allow)
@@ -52,22 +90,33 @@ func writeMiss(ctx *fasthttp.RequestCtx, m match) {
 }
 
 // serveBuy is the hot path: validate, reserve, answer. The router checked
-// saleB. Nothing here keeps a reference to ctx's buffers past the call: ids
-// are copied into strings.
-func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte) {
+// saleB; buyer is the authenticated buyer ("" with authentication off).
+// Nothing here keeps a reference to ctx's buffers past the call: ids are
+// copied into strings.
+func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string) {
 	start := time.Now()
-	status := s.buy(ctx, saleB, start)
+	status := s.buy(ctx, saleB, buyer, start)
 	s.metrics.observeBuy(status, start)
 }
 
 // buy answers one buy and returns the status it answered.
-func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) string {
-	req, reason := parseBuy(ctx.PostBody())
-	if reason != "" {
-		return write(ctx, badRequest(reason))
+func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now time.Time) string {
+	var req buyRequest
+	if buyer == "" {
+		var reason string
+		if req, reason = parseBuy(ctx.PostBody()); reason != "" {
+			return write(ctx, badRequest(reason))
+		}
+	} else {
+		var refused reply
+		if req, refused = parseBuyFor(ctx.PostBody(), buyer); refused.code != 0 {
+			return write(ctx, refused)
+		}
 	}
 	var idem string
-	if k := ctx.Request.Header.Peek("Idempotency-Key"); k != nil {
+	if k, n := headerValues(&ctx.Request.Header, "Idempotency-Key"); n > 1 {
+		return write(ctx, replyDuplicateIdemKey)
+	} else if n == 1 {
 		if !validIdemKey(k) {
 			return write(ctx, badRequest("Idempotency-Key must be 1-128 printable ASCII characters"))
 		}
@@ -95,24 +144,8 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) stri
 		s.closed.remember(sale, res.Err, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}
-	s.writeAccepted(ctx, res.OrderID, sale, user, req.quantity)
+	writeAccepted(ctx, res.OrderID, sale, user, req.quantity, res.PayBy) // orderview.go
 	return "accepted"
-}
-
-func (s *Server) writeAccepted(ctx *fasthttp.RequestCtx, orderID, sale, user string, qty int) {
-	ctx.SetStatusCode(fasthttp.StatusAccepted)
-	ctx.Response.Header.SetContentTypeBytes(jsonType)
-	var buf [256]byte // ids are at most 64 bytes each: the reply fits
-	b := append(buf[:0], `{"status":"accepted","order_id":"`...)
-	b = append(b, orderID...)
-	b = append(b, `","sale_id":"`...)
-	b = append(b, sale...)
-	b = append(b, `","user_id":"`...)
-	b = append(b, user...)
-	b = append(b, `","quantity":`...)
-	b = strconv.AppendInt(b, int64(qty), 10)
-	b = append(b, '}')
-	ctx.Response.SetBody(b)
 }
 
 func writeRateLimited(ctx *fasthttp.RequestCtx) string {
@@ -168,11 +201,16 @@ func appendTime(b []byte, ms int64) []byte {
 	return append(b, '"')
 }
 
-// serveOrder answers an order's status; the router checked both ids.
-func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte) {
+// serveOrder answers an order's status; the router checked both ids. With
+// buyer authentication on (buyer not ""), another buyer's order is not
+// found: the same answer as an order that does not exist.
+func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte, buyer string) {
 	rctx, cancel := s.redisCtx()
 	o, err := s.store.Order(rctx, string(saleB), string(orderB))
 	cancel()
+	if err == nil && buyer != "" && o.UserID != buyer {
+		err = ErrNotFound
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			write(ctx, replyNotFound)
@@ -181,22 +219,7 @@ func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte) {
 		s.unavailable(ctx, "order", err)
 		return
 	}
-	state := "queued"
-	if o.Created {
-		state = "created"
-	}
-	b := append([]byte(nil), `{"status":"`...)
-	b = append(b, state...)
-	b = append(b, `","order_id":"`...)
-	b = append(b, orderB...)
-	b = append(b, `","sale_id":"`...)
-	b = append(b, saleB...)
-	b = append(b, `","user_id":`...)
-	b = appendString(b, o.UserID)
-	b = append(b, `,"quantity":`...)
-	b = strconv.AppendInt(b, o.Quantity, 10)
-	b = append(b, '}')
-	write(ctx, reply{code: 200, body: b})
+	write(ctx, reply{code: 200, body: appendOrderView(nil, string(saleB), string(orderB), o)}) // orderview.go
 }
 
 // serveReady is 200 only when the script path answers and the process is not

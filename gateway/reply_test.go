@@ -20,18 +20,21 @@ func TestDecodeReserve(t *testing.T) {
 		n     int     // reservations sent
 		want  []error // per reservation, when the reply is readable
 	}{
-		{"accepted and sold out", []any{int64(0), "o1", int64(6), ""}, 2, []error{nil, ErrSoldOut}},
-		{"limit reached", []any{int64(5), ""}, 1, []error{ErrLimitReached}},
-		{"unknown code", []any{int64(99), ""}, 1, []error{ErrUnavailable}},
-		{"order id collision", []any{int64(scripts.CodeOrderIDCollision), "o1"}, 1, []error{ErrUnavailable}},
-		{"code as a string", []any{"0", "o1"}, 1, nil},
-		{"code as nil", []any{nil, "o1"}, 1, nil},
-		{"second code mistyped", []any{int64(0), "o1", "6", ""}, 2, nil},
-		{"order id as an integer", []any{int64(0), int64(0)}, 1, nil},
-		{"accepted without an order id", []any{int64(0), ""}, 1, nil},
-		{"short", []any{int64(0)}, 1, nil},
+		{"accepted and sold out", []any{int64(0), "o1", int64(0), int64(6), "", int64(0)}, 2, []error{nil, ErrSoldOut}},
+		{"accepted with a pay_by", []any{int64(0), "o1", int64(1735689600123)}, 1, []error{nil}},
+		{"limit reached", []any{int64(5), "", int64(0)}, 1, []error{ErrLimitReached}},
+		{"unknown code", []any{int64(99), "", int64(0)}, 1, []error{ErrUnavailable}},
+		{"order id collision", []any{int64(scripts.CodeOrderIDCollision), "o1", int64(0)}, 1, []error{ErrUnavailable}},
+		{"code as a string", []any{"0", "o1", int64(0)}, 1, nil},
+		{"code as nil", []any{nil, "o1", int64(0)}, 1, nil},
+		{"second code mistyped", []any{int64(0), "o1", int64(0), "6", "", int64(0)}, 2, nil},
+		{"order id as an integer", []any{int64(0), int64(0), int64(0)}, 1, nil},
+		{"accepted without an order id", []any{int64(0), "", int64(0)}, 1, nil},
+		{"pay_by as a string", []any{int64(0), "o1", "0"}, 1, nil},
+		{"pay_by negative", []any{int64(0), "o1", int64(-1)}, 1, nil},
+		{"short", []any{int64(0), "o1"}, 1, nil},
 		{"empty", []any{}, 1, nil},
-		{"long", []any{int64(0), "o1", int64(0), "o2"}, 1, nil},
+		{"long", []any{int64(0), "o1", int64(0), int64(0), "o2", int64(0)}, 1, nil},
 		{"not an array", "OK", 1, nil},
 		{"nil", nil, 1, nil},
 	}
@@ -62,11 +65,11 @@ func TestDecodeReserve(t *testing.T) {
 	}
 }
 
-// Invariant 7, for the admin script's reply: eleven integers or an error.
+// Invariant 7, for the admin script's reply: sixteen integers or an error.
 func TestDecodeAdmin(t *testing.T) {
 	good := func() []any {
 		return []any{int64(0), int64(1), int64(1700000000000), int64(10), int64(3), int64(2), int64(0),
-			int64(0), int64(0), int64(2), int64(1)}
+			int64(0), int64(0), int64(2), int64(1), int64(60), int64(1), int64(0), int64(0), int64(0)}
 	}
 	if n, err := decodeAdmin(good()); err != nil || n[3] != 10 || n[9] != 2 {
 		t.Fatalf("decodeAdmin(good) = %v, %v", n, err)
@@ -78,7 +81,8 @@ func TestDecodeAdmin(t *testing.T) {
 		{"code as a string", func() any { a := good(); a[0] = "0"; return a }},
 		{"stock as a string", func() any { a := good(); a[3] = "10"; return a }},
 		{"element nil", func() any { a := good(); a[10] = nil; return a }},
-		{"short", func() any { return good()[:10] }},
+		{"short", func() any { return good()[:15] }},
+		{"eleven, as before payment windows", func() any { return good()[:11] }},
 		{"long", func() any { return append(good(), int64(0)) }},
 		{"not an array", func() any { return "pong" }},
 	}
@@ -123,7 +127,7 @@ func TestOutcomeOfEveryCode(t *testing.T) {
 func TestMalformedScriptReplyIs503(t *testing.T) {
 	dir := t.TempDir()
 	builtin := map[string][]byte{}
-	for _, name := range []string{scripts.Reserve, scripts.Admin, scripts.Mark} {
+	for _, name := range []string{scripts.Reserve, scripts.Admin, scripts.Mark, scripts.Order} {
 		src, err := os.ReadFile(filepath.Join("..", "scripts", "lua", name+".lua"))
 		if err != nil {
 			t.Fatal(err)
@@ -142,13 +146,14 @@ func TestMalformedScriptReplyIs503(t *testing.T) {
 	rows := []struct {
 		name, script, src string
 	}{
-		{"reserve: code as a string", scripts.Reserve, "return {'0', ARGV[3]}"},
-		{"reserve: order id as an integer", scripts.Reserve, "return {0, 0}"},
-		{"reserve: short", scripts.Reserve, "return {0}"},
-		{"reserve: long", scripts.Reserve, "return {0, ARGV[3], 0, ARGV[3]}"},
+		{"reserve: code as a string", scripts.Reserve, "return {'0', ARGV[3], 0}"},
+		{"reserve: order id as an integer", scripts.Reserve, "return {0, 0, 0}"},
+		{"reserve: pay_by as a string", scripts.Reserve, "return {0, ARGV[3], '0'}"},
+		{"reserve: short", scripts.Reserve, "return {0, ARGV[3]}"},
+		{"reserve: long", scripts.Reserve, "return {0, ARGV[3], 0, 0, ARGV[3], 0}"},
 		{"reserve: not a table", scripts.Reserve, "return 'OK'"},
-		{"admin: code as a string", scripts.Admin, adminPing + "return {'0', 0, 0, 10, 0, 1, 0, 0, 0, 0, 0}"},
-		{"admin: stock as a string", scripts.Admin, adminPing + "return {0, 0, 0, '10', 0, 1, 0, 0, 0, 0, 0}"},
+		{"admin: code as a string", scripts.Admin, adminPing + "return {'0', 0, 0, 10, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}"},
+		{"admin: stock as a string", scripts.Admin, adminPing + "return {0, 0, 0, '10', 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}"},
 		{"admin: short", scripts.Admin, adminPing + "return {0, 0, 0, 10}"},
 	}
 	for _, r := range rows {

@@ -213,7 +213,7 @@ func TestHostilePaths(t *testing.T) {
 		{"upsert escaped id", adm, "PUT", "/admin/v1/sales/%52EAL", `{"stock":1000}`, tok, 400, "bad_request"},
 		{"upsert encoded slash", adm, "PUT", "/admin/v1/sales/x%2F..%2FREAL", `{"stock":1000}`, tok, 400, "bad_request"},
 		{"restock escaped id", adm, "POST", "/admin/v1/sales/%61bc/restock", `{"quantity":5}`, tok, 400, "bad_request"},
-		{"pay not served yet", adm, "POST", "/admin/v1/sales/S/orders/" + o + "/pay", "", tok, 404, "not_found"},
+		{"pay of a confirmed order", adm, "POST", "/admin/v1/sales/S/orders/" + o + "/pay", "", tok, 409, "conflict"},
 		{"pprof traversal", adm, "GET", "/admin/debug/pprof/../../v1/scripts", "", tok, 404, "not_found"},
 		{"reload trailing slash", adm, "POST", "/admin/v1/scripts/reload/", "", tok, 404, "not_found"},
 		{"metrics trailing slash", adm, "GET", "/metrics/", "", nil, 404, "not_found"},

@@ -71,7 +71,7 @@ func TestReloadDuringBurst(t *testing.T) {
 // the set in use: buyers never meet a half-loaded set.
 func TestBrokenScriptKeepsOldSet(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{"reserve", "admin", "mark"} {
+	for _, name := range []string{"reserve", "admin", "mark", "order"} {
 		src, err := os.ReadFile(filepath.Join("..", "scripts", "lua", name+".lua"))
 		if err != nil {
 			t.Fatal(err)
@@ -83,7 +83,7 @@ func TestBrokenScriptKeepsOldSet(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Scripts.Dir = dir })
 	g.mustSale("broken", `{"stock":10}`)
 	list := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
-	if list.code != 200 || len(list.body["scripts"].([]any)) != 3 {
+	if list.code != 200 || len(list.body["scripts"].([]any)) != 4 {
 		t.Fatalf("list: %d %s", list.code, list.raw)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "reserve.lua"), []byte("return {{{ not lua"), 0o644); err != nil {

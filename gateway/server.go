@@ -52,6 +52,7 @@ type Server struct {
 	metrics  *gatewayMetrics
 	extra    func(w io.Writer)
 	ids      *orderIDs
+	sweeper  *sweeper
 	token    []byte
 	maxBody  int
 	timeout  time.Duration
@@ -88,6 +89,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
+	s.sweeper = newSweeper(s.store, deps.Redis, deps.Log, cfg.Redis.Timeout)
 	s.metrics = newGatewayMetrics(s)
 	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Batch.Calls, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
 	s.batch.sizes = s.metrics.batchSize
@@ -185,9 +187,16 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(watchDone)
 		s.closed.watch(watchCtx, s.rdb, s.store.keys.Events(), s.log)
 	}()
+	// The payment sweeper runs while the gateway does, draining included.
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		s.sweeper.run(watchCtx)
+	}()
 	defer func() {
 		stopWatch()
 		<-watchDone
+		<-sweepDone
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -19,8 +20,9 @@ import (
 // reserve.lua says why.
 const idemTTL = 24 * time.Hour
 
-// Store is the gateway's view of Redis: reservations and sale operations,
-// each one script call. It is safe for concurrent use.
+// Store is the gateway's view of Redis: reservations, sale operations and
+// the life of an order (pay, cancel, expiry), each one script call. It is
+// safe for concurrent use.
 type Store struct {
 	rdb    redis.UniversalClient
 	loader *scripts.Loader
@@ -43,8 +45,12 @@ type Reservation struct {
 // Result is the outcome of one Reservation: Err is nil when accepted, or one
 // of the outcome sentinels. OrderID is the accepted order's id, which differs
 // from the Reservation's when an Idempotency-Key replays an earlier order.
+// PayBy is the accepted order's payment deadline in Unix ms (Redis's clock),
+// 0 when its sale asks no payment: the order is then confirmed, else
+// pending_payment.
 type Result struct {
 	OrderID string
+	PayBy   int64
 	Err     error
 }
 
@@ -54,8 +60,9 @@ type Result struct {
 // gateway cannot read; then no Result is set and nothing may be promised to
 // the buyers. It blocks for the script call, bounded by ctx.
 func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out []Result) error {
-	keys := make([]string, 4, 4+len(rs))
-	keys[0], keys[1], keys[2], keys[3] = s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale), s.keys.Orders(sale)
+	keys := make([]string, 5, 5+len(rs))
+	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale),
+		s.keys.Orders(sale), s.keys.Due(sale)
 	args := make([]any, 2, 2+4*len(rs))
 	args[0], args[1] = sale, int64(idemTTL/time.Second)
 	for _, r := range rs {
@@ -76,30 +83,41 @@ func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out 
 	return nil
 }
 
+// reserveReply is the number of values per reservation in the reserve
+// script's reply: code, order id, pay_by.
+const reserveReply = 3
+
 // decodeReserve reads the reserve script's reply into out: per reservation,
-// an integer code and the order id, a string that an accepted reservation
-// never leaves empty. A reply of any other shape or length is an error and
-// sets no Result: a reply misread must never read as accepted.
+// an integer code, the order id (a string that an accepted reservation never
+// leaves empty) and the pay_by (an integer, 0 or more). A reply of any other
+// shape or length is an error and sets no Result: a reply misread must never
+// read as accepted.
 func decodeReserve(v any, out []Result) error {
 	arr, ok := v.([]any)
 	if !ok {
 		return fmt.Errorf("reply is %T, want an array", v)
 	}
-	if len(arr) != 2*len(out) {
+	if len(arr) != reserveReply*len(out) {
 		return fmt.Errorf("reply has %d elements for %d reservations", len(arr), len(out))
 	}
 	for i := range out {
-		n, ok := arr[2*i].(int64)
+		j := reserveReply * i
+		n, ok := arr[j].(int64)
 		if !ok {
 			clear(out)
-			return fmt.Errorf("reply element %d is %#v, want an integer code", 2*i, arr[2*i])
+			return fmt.Errorf("reply element %d is %#v, want an integer code", j, arr[j])
 		}
-		id, ok := arr[2*i+1].(string)
+		id, ok := arr[j+1].(string)
 		if !ok || id == "" && scripts.Code(n) == scripts.CodeOK {
 			clear(out)
-			return fmt.Errorf("reply element %d is %#v, want an order id", 2*i+1, arr[2*i+1])
+			return fmt.Errorf("reply element %d is %#v, want an order id", j+1, arr[j+1])
 		}
-		out[i] = Result{OrderID: id, Err: outcome(scripts.Code(n))}
+		payBy, ok := arr[j+2].(int64)
+		if !ok || payBy < 0 {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want a pay_by", j+2, arr[j+2])
+		}
+		out[i] = Result{OrderID: id, PayBy: payBy, Err: outcome(scripts.Code(n))}
 	}
 	return nil
 }
@@ -116,6 +134,9 @@ type SaleView struct {
 	EndsAt        int64 // Unix ms, 0 for an open end
 	Buyers        int64
 	OutboxPending int64
+	PaymentWindow int64 // seconds; 0 for none
+	// Numbers of orders: awaiting payment, and moved to each final state.
+	Pending, Paid, Cancelled, Expired int64
 }
 
 // Remaining is stock not yet sold.
@@ -139,12 +160,15 @@ func (v *SaleView) State() string {
 }
 
 // SaleUpdate is an admin PUT: nil fields keep their value; a time of
-// clearTime clears it (open window).
+// clearTime clears it (open window). PaymentWindow is in seconds; a sale
+// created without one has none (0). A new window applies to the orders
+// accepted after it.
 type SaleUpdate struct {
-	Stock    *int64
-	Limit    *int64
-	StartsAt *int64
-	EndsAt   *int64
+	Stock         *int64
+	Limit         *int64
+	StartsAt      *int64
+	EndsAt        *int64
+	PaymentWindow *int64
 }
 
 const clearTime = -1
@@ -192,7 +216,19 @@ func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *Sa
 			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
 		}
 	}
-	return s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt))
+	// The sweepers find due orders through Keys.Paying, by the same rule: a
+	// call that may give the sale a window adds it there before its script,
+	// so that no order can await payment before a sweeper can know of its
+	// sale, and nothing takes an id out. Only a call without stock on a sale
+	// that does not exist (refused) leaves an id without a sale there, which
+	// costs each sweeper one look a second.
+	if u.PaymentWindow != nil && *u.PaymentWindow > 0 {
+		if err := s.rdb.SAdd(ctx, s.keys.Paying(), sale).Err(); err != nil {
+			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
+		}
+	}
+	return s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt),
+		optInt(u.PaymentWindow))
 }
 
 // Restock adds n units to a sale's stock, atomically with buyers, once
@@ -250,12 +286,14 @@ func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op st
 		return nil, false, err
 	}
 	return &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
-		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10]}, n[1] == 1, nil
+		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10], PaymentWindow: n[11],
+		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15]}, n[1] == 1, nil
 }
 
 // adminReply is the length of the admin script's reply: {code, created,
-// now, stock, sold, limit, locked, starts, ends, buyers, outbox}.
-const adminReply = 11
+// now, stock, sold, limit, locked, starts, ends, buyers, outbox, window,
+// pending, paid, cancelled, expired}.
+const adminReply = 16
 
 // decodeAdmin reads the admin script's reply: adminReply integers, the
 // first the outcome code. A reply of any other shape or length is an error.
@@ -273,21 +311,148 @@ func decodeAdmin(v any) ([adminReply]int64, error) {
 	return n, nil
 }
 
-// Order reads an order's record. It returns ErrNotFound for an order the
-// sale never accepted, or an error wrapping ErrUnavailable.
+// Order reads an order's record, at Redis's clock: an order awaiting a
+// payment whose pay_by has come reads as expired, the decision a pay would
+// meet, even before a sweep has returned its units. It returns ErrNotFound
+// for an order the sale never accepted, or an error wrapping ErrUnavailable.
+// It blocks for one script call, bounded by ctx.
 func (s *Store) Order(ctx context.Context, sale, orderID string) (scripts.Record, error) {
-	v, err := s.rdb.HGet(ctx, s.keys.Orders(sale), orderID).Result()
-	if errors.Is(err, redis.Nil) {
+	r, _, err := s.orderOp(ctx, sale, "get", orderID)
+	if errors.Is(err, ErrOrderNotFound) {
 		return scripts.Record{}, ErrNotFound
 	}
+	return r, err
+}
+
+// Pay marks a pending_payment order paid, atomically with buyers and the
+// sweep, and returns its record; changed is false when it was paid already
+// (the same answer again). A pay at or after the order's pay_by expires the
+// order there and then (units back; changed true) and returns
+// ErrOrderExpired with the expired record. It also returns ErrOrderExpired
+// for an expired order, ErrOrderCancelled, ErrOrderConfirmed (its sale asks
+// no payment), ErrOrderNotFound, or an error wrapping ErrUnavailable. It
+// blocks for one script call, bounded by ctx.
+func (s *Store) Pay(ctx context.Context, sale, orderID string) (rec scripts.Record, changed bool, err error) {
+	return s.orderOp(ctx, sale, "pay", orderID)
+}
+
+// Cancel cancels a pending_payment or confirmed order and returns its units
+// to the stock and to the buyer's allowance, atomically with buyers; changed
+// is false when it was cancelled already (the same answer again). A cancel
+// of a pending order at or after its pay_by expires it instead, and returns
+// ErrOrderExpired (changed true). It also returns ErrOrderExpired for an
+// expired order, ErrOrderPaid, ErrOrderNotFound, or an error wrapping
+// ErrUnavailable. It blocks for one script call, bounded by ctx.
+func (s *Store) Cancel(ctx context.Context, sale, orderID string) (rec scripts.Record, changed bool, err error) {
+	return s.orderOp(ctx, sale, "cancel", orderID)
+}
+
+func (s *Store) orderKeys(sale string) []string {
+	return []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale), s.keys.Orders(sale), s.keys.Due(sale)}
+}
+
+// orderOp runs pay, cancel or get and reads the reply {code, record, now,
+// changed}. A refusal that carries a record (ORDER_PAID, ORDER_EXPIRED, …)
+// returns it with the sentinel.
+func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.Record, bool, error) {
+	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(sale), op, s.keys.Events(), sale, orderID)
 	if err != nil {
-		return scripts.Record{}, fmt.Errorf("order %s/%s: %w: %w", sale, orderID, ErrUnavailable, err)
+		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
-	r, err := scripts.ParseRecord(v)
+	code, rec, now, changed, err := decodeOrder(v)
 	if err != nil {
-		return scripts.Record{}, fmt.Errorf("order %s/%s: %w: %w", sale, orderID, ErrUnavailable, err)
+		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
-	return r, nil
+	if rec.Due(now) {
+		rec.State = order.StateExpired
+	}
+	return rec, changed, outcome(code)
+}
+
+// decodeOrder reads the order script's reply to pay, cancel or get: an
+// integer code, the record (a string, empty only with ORDER_NOT_FOUND), the
+// time and the changed flag. A reply of any other shape is an error.
+func decodeOrder(v any) (code scripts.Code, rec scripts.Record, now int64, changed bool, err error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 4 {
+		return 0, rec, 0, false, fmt.Errorf("reply is %T of %d elements, want 4", v, len(a))
+	}
+	n, ok1 := a[0].(int64)
+	str, ok2 := a[1].(string)
+	now, ok3 := a[2].(int64)
+	ch, ok4 := a[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, rec, 0, false, fmt.Errorf("reply %#v, want code, record, time, changed", a)
+	}
+	code = scripts.Code(n)
+	if str == "" {
+		if code != scripts.CodeOrderNotFound {
+			return 0, rec, 0, false, fmt.Errorf("reply %#v has no record", a)
+		}
+		return code, rec, now, false, nil
+	}
+	if rec, err = scripts.ParseRecord(str); err != nil {
+		return 0, scripts.Record{}, 0, false, err
+	}
+	return code, rec, now, ch == 1, nil
+}
+
+// Expiry is one order a sweep expired, with the pay_by it missed.
+type Expiry struct {
+	OrderID string
+	PayBy   int64 // Unix ms
+}
+
+// SweepResult is what one sweep call did.
+type SweepResult struct {
+	Now     int64    // Redis's clock, Unix ms
+	Expired []Expiry // the orders it expired, their units back
+	Next    int64    // pay_by of the earliest order still awaiting payment; 0: none
+}
+
+// Sweep expires up to limit of the sale's orders whose pay_by has come (Redis
+// TIME), returning their units to the stock and to their buyers' allowance,
+// in one atomic script call. It is idempotent and safe to run from any
+// number of gateways at once: an order is expired by exactly one call, and
+// one already paid, cancelled or expired is left alone. It returns an error
+// wrapping ErrUnavailable when Redis could not answer; it blocks for the
+// script call, bounded by ctx.
+func (s *Store) Sweep(ctx context.Context, sale string, limit int) (SweepResult, error) {
+	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(sale), "sweep", s.keys.Events(), sale, limit)
+	if err == nil {
+		var res SweepResult
+		if res, err = decodeSweep(v); err == nil {
+			return res, nil
+		}
+	}
+	return SweepResult{}, fmt.Errorf("sweep %s: %w: %w", sale, ErrUnavailable, err)
+}
+
+// decodeSweep reads the sweep's reply {now, next, id, payby, id, payby, …}.
+func decodeSweep(v any) (SweepResult, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) < 2 || len(a)%2 != 0 {
+		return SweepResult{}, fmt.Errorf("reply is %T of %d elements, want now, next and pairs", v, len(a))
+	}
+	var res SweepResult
+	var ok1, ok2 bool
+	res.Now, ok1 = a[0].(int64)
+	res.Next, ok2 = a[1].(int64)
+	if !ok1 || !ok2 {
+		return SweepResult{}, fmt.Errorf("reply %#v, want integers now and next", a[:2])
+	}
+	if len(a) > 2 {
+		res.Expired = make([]Expiry, 0, (len(a)-2)/2)
+	}
+	for i := 2; i < len(a); i += 2 {
+		id, ok1 := a[i].(string)
+		pb, ok2 := a[i+1].(int64)
+		if !ok1 || !ok2 {
+			return SweepResult{}, fmt.Errorf("reply elements %d, %d are %#v, %#v, want an order id and a pay_by", i, i+1, a[i], a[i+1])
+		}
+		res.Expired = append(res.Expired, Expiry{OrderID: id, PayBy: pb})
+	}
+	return res, nil
 }
 
 func optInt(p *int64) string {

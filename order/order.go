@@ -6,12 +6,17 @@
 //
 // On the wire an order is a JSON object
 //
-//	{"order_id":"…","sale_id":"…","user_id":"…","quantity":1,"reserved_at":1735689600123}
+//	{"order_id":"…","sale_id":"…","user_id":"…","quantity":1,"reserved_at":1735689600123,
+//	 "state":"pending_payment","pay_by":1735689720123}
 //
-// with reserved_at in milliseconds since the Unix epoch (Redis time, as the
-// reserve script wrote it). Unknown fields are ignored, so that a newer relay
-// may add fields before every consumer knows them; every field above is
-// required.
+// with reserved_at and pay_by in milliseconds since the Unix epoch (Redis
+// time, as the scripts wrote them). Every message is a snapshot of the order
+// in one state (state.go): the reserve script's entry, and one more entry per
+// change of state (paid, cancelled, expired), all alike. Unknown fields are
+// ignored, so that a newer relay may add fields before every consumer knows
+// them; the first five fields are required. state and pay_by are optional,
+// so that a message of a relay older than payment windows still decodes: no
+// state is confirmed, no pay_by (absent, null or 0) is none.
 package order
 
 import (
@@ -35,13 +40,20 @@ const MaxQuantity = 1000
 // such a message instead of retrying it.
 var ErrMalformed = errors.New("malformed order")
 
-// Order is one accepted order.
+// Order is one accepted order, as of one state.
 type Order struct {
 	OrderID    string
 	SaleID     string
 	UserID     string
 	Quantity   int
 	ReservedAt time.Time // millisecond precision, UTC
+	// State is one of the State constants. The zero value means
+	// StateConfirmed, so that an order built without a state is today's
+	// order; Unmarshal and FromStream always set it.
+	State string
+	// PayBy is the payment deadline of an order that had one (millisecond
+	// precision, UTC); zero: none.
+	PayBy time.Time
 }
 
 // wire is the JSON form. Pointers tell a missing field from a zero one.
@@ -51,11 +63,14 @@ type wire struct {
 	UserID     *string `json:"user_id"`
 	Quantity   *int64  `json:"quantity"`
 	ReservedAt *int64  `json:"reserved_at"`
+	State      *string `json:"state,omitempty"`
+	PayBy      *int64  `json:"pay_by,omitempty"`
 }
 
 // Validate reports whether o can be stored: ids by ValidID, a quantity from
-// 1 to MaxQuantity and a reservation time after the epoch. The error wraps
-// ErrMalformed.
+// 1 to MaxQuantity, a reservation time after the epoch, a state of the five
+// (or none: confirmed) and a pay_by that is none or after the epoch. The
+// error wraps ErrMalformed.
 func (o Order) Validate() error {
 	switch {
 	case !ValidID(o.OrderID):
@@ -68,6 +83,10 @@ func (o Order) Validate() error {
 		return fmt.Errorf("%w: quantity %d out of 1..%d", ErrMalformed, o.Quantity, MaxQuantity)
 	case o.ReservedAt.UnixMilli() <= 0:
 		return fmt.Errorf("%w: reserved_at %d", ErrMalformed, o.ReservedAt.UnixMilli())
+	case o.State != "" && !ValidState(o.State):
+		return fmt.Errorf("%w: state %q", ErrMalformed, clip(o.State))
+	case !o.PayBy.IsZero() && o.PayBy.UnixMilli() <= 0:
+		return fmt.Errorf("%w: pay_by %d", ErrMalformed, o.PayBy.UnixMilli())
 	}
 	return nil
 }
@@ -80,11 +99,21 @@ func (o Order) Marshal() ([]byte, error) {
 	}
 	ms := o.ReservedAt.UnixMilli()
 	q := int64(o.Quantity)
-	return json.Marshal(wire{OrderID: &o.OrderID, SaleID: &o.SaleID, UserID: &o.UserID, Quantity: &q, ReservedAt: &ms})
+	st := o.State
+	if st == "" {
+		st = StateConfirmed
+	}
+	w := wire{OrderID: &o.OrderID, SaleID: &o.SaleID, UserID: &o.UserID, Quantity: &q, ReservedAt: &ms, State: &st}
+	if !o.PayBy.IsZero() {
+		pb := o.PayBy.UnixMilli()
+		w.PayBy = &pb
+	}
+	return json.Marshal(w)
 }
 
-// Unmarshal decodes and validates the wire form of an order. Every error
-// wraps ErrMalformed: a message that fails here fails every time.
+// Unmarshal decodes and validates the wire form of an order. A message
+// without state is confirmed; one without pay_by (or 0) has none. Every
+// error wraps ErrMalformed: a message that fails here fails every time.
 func Unmarshal(body []byte) (Order, error) {
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -114,13 +143,28 @@ func Unmarshal(body []byte) (Order, error) {
 		UserID:     *w.UserID,
 		Quantity:   int(*w.Quantity),
 		ReservedAt: time.UnixMilli(*w.ReservedAt).UTC(),
+		State:      StateConfirmed,
+	}
+	if w.State != nil {
+		if !ValidState(*w.State) {
+			return Order{}, fmt.Errorf("%w: state %q", ErrMalformed, clip(*w.State))
+		}
+		o.State = *w.State
+	}
+	if w.PayBy != nil && *w.PayBy != 0 {
+		if *w.PayBy < 0 {
+			return Order{}, fmt.Errorf("%w: pay_by %d", ErrMalformed, *w.PayBy)
+		}
+		o.PayBy = time.UnixMilli(*w.PayBy).UTC()
 	}
 	return o, o.Validate()
 }
 
 // FromStream builds an order from the fields of an outbox stream entry, as
-// the reserve script writes them (order_id, sale_id, user_id, quantity,
-// reserved_at; all strings). The error wraps ErrMalformed.
+// the scripts write them (order_id, sale_id, user_id, quantity, reserved_at,
+// state, pay_by; all strings). An entry without state (written before
+// payment windows) is confirmed; one without pay_by, or with 0, has none.
+// The error wraps ErrMalformed.
 func FromStream(values map[string]any) (Order, error) {
 	str := func(name string) (string, error) {
 		v, ok := values[name]
@@ -160,6 +204,28 @@ func FromStream(values map[string]any) (Order, error) {
 		return Order{}, fmt.Errorf("%w: reserved_at %q", ErrMalformed, clip(at))
 	}
 	o.ReservedAt = time.UnixMilli(ms).UTC()
+	o.State = StateConfirmed
+	if _, ok := values["state"]; ok {
+		if o.State, err = str("state"); err != nil {
+			return Order{}, err
+		}
+		if !ValidState(o.State) {
+			return Order{}, fmt.Errorf("%w: state %q", ErrMalformed, clip(o.State))
+		}
+	}
+	if _, ok := values["pay_by"]; ok {
+		pb, err := str("pay_by")
+		if err != nil {
+			return Order{}, err
+		}
+		ms, err := strconv.ParseInt(pb, 10, 64)
+		if err != nil || ms < 0 {
+			return Order{}, fmt.Errorf("%w: pay_by %q", ErrMalformed, clip(pb))
+		}
+		if ms > 0 {
+			o.PayBy = time.UnixMilli(ms).UTC()
+		}
+	}
 	return o, o.Validate()
 }
 

@@ -9,27 +9,88 @@ import (
 
 func valid() Order {
 	return Order{OrderID: "0123456789abcdef-1", SaleID: "sale-1", UserID: "u@x.com", Quantity: 2,
-		ReservedAt: time.UnixMilli(1735689600123).UTC()}
+		ReservedAt: time.UnixMilli(1735689600123).UTC(), State: StateConfirmed}
 }
 
-// Invariant 3 (every 202 becomes exactly one MySQL row) rests on this: what
-// the relay encodes, the consumer decodes to the same order.
+// Invariants 3 and 8 (every 202 becomes exactly one MySQL row, whose state
+// follows Redis) rest on this: what the relay encodes, the consumer decodes
+// to the same order in the same state.
 func TestRoundTrip(t *testing.T) {
-	o := valid()
-	b, err := o.Marshal()
-	if err != nil {
-		t.Fatal(err)
+	pending := valid()
+	pending.State = StatePendingPayment
+	pending.PayBy = time.UnixMilli(1735689720123).UTC()
+	unset := valid()
+	unset.State = ""
+	tests := []struct {
+		name string
+		o    Order
+		want string
+		back Order // what Unmarshal gives back
+	}{
+		{"confirmed", valid(),
+			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"confirmed"}`,
+			valid()},
+		{"pending with pay_by", pending,
+			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"pending_payment","pay_by":1735689720123}`,
+			pending},
+		{"no state is confirmed", unset,
+			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"confirmed"}`,
+			valid()},
 	}
-	want := `{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123}`
-	if string(b) != want {
-		t.Fatalf("Marshal = %s\nwant      %s", b, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.o.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.want {
+				t.Fatalf("Marshal = %s\nwant      %s", b, tt.want)
+			}
+			got, err := Unmarshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.back {
+				t.Fatalf("Unmarshal = %+v, want %+v", got, tt.back)
+			}
+		})
 	}
-	got, err := Unmarshal(b)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// An order message written before payment windows (no state, no pay_by)
+// still decodes, as a confirmed order without deadline; and every state and
+// pay_by decodes as sent.
+func TestUnmarshalState(t *testing.T) {
+	const head = `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1`
+	tests := []struct {
+		name, tail string
+		state      string
+		payBy      int64 // ms, 0: none
+	}{
+		{"old message", `}`, StateConfirmed, 0},
+		{"confirmed", `,"state":"confirmed"}`, StateConfirmed, 0},
+		{"pending", `,"state":"pending_payment","pay_by":1735689720123}`, StatePendingPayment, 1735689720123},
+		{"paid", `,"state":"paid","pay_by":5}`, StatePaid, 5},
+		{"cancelled", `,"state":"cancelled"}`, StateCancelled, 0},
+		{"expired", `,"state":"expired","pay_by":7}`, StateExpired, 7},
+		{"pay_by zero is none", `,"state":"paid","pay_by":0}`, StatePaid, 0},
+		{"pay_by null is none", `,"state":"paid","pay_by":null}`, StatePaid, 0},
+		{"state null is confirmed", `,"state":null}`, StateConfirmed, 0},
 	}
-	if got != o {
-		t.Fatalf("Unmarshal = %+v, want %+v", got, o)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := Unmarshal([]byte(head + tt.tail))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want time.Time
+			if tt.payBy != 0 {
+				want = time.UnixMilli(tt.payBy).UTC()
+			}
+			if o.State != tt.state || o.PayBy != want {
+				t.Fatalf("state %q pay_by %v; want %q %v", o.State, o.PayBy, tt.state, want)
+			}
+		})
 	}
 }
 
@@ -61,6 +122,14 @@ func TestUnmarshal(t *testing.T) {
 		{"user_id starts with dash", `{"order_id":"o1","sale_id":"s","user_id":"-u","quantity":1,"reserved_at":1}`, false},
 		{"reserved_at zero", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":0}`, false},
 		{"null field", `{"order_id":null,"sale_id":"s","user_id":"u","quantity":1,"reserved_at":1}`, false},
+		{"every state field", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"paid","pay_by":2}`, true},
+		{"unknown state", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"shipped"}`, false},
+		{"empty state", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":""}`, false},
+		{"state in capitals", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"PAID"}`, false},
+		{"state a number", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":3}`, false},
+		{"pay_by negative", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"pending_payment","pay_by":-1}`, false},
+		{"pay_by a string", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"pay_by":"soon"}`, false},
+		{"pay_by fraction", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"pay_by":1.5}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,27 +144,52 @@ func TestUnmarshal(t *testing.T) {
 	}
 }
 
-// Invariant 3: the relay reads an outbox entry, as the reserve script wrote
-// it, into the order the consumer will store; a malformed one is refused.
+// Invariants 3 and 8: the relay reads an outbox entry, as the scripts wrote
+// it (an order, or a snapshot of its new state), into the order the
+// consumer will store; a malformed one is refused. An entry written before
+// payment windows (no state, no pay_by) is a confirmed order.
 func TestFromStream(t *testing.T) {
 	good := func() map[string]any {
 		return map[string]any{"order_id": "o1", "sale_id": "s1", "user_id": "u1", "quantity": "3", "reserved_at": "1735689600123"}
+	}
+	base := Order{OrderID: "o1", SaleID: "s1", UserID: "u1", Quantity: 3, ReservedAt: time.UnixMilli(1735689600123).UTC(), State: StateConfirmed}
+	with := func(state string, payBy int64) Order {
+		o := base
+		o.State = state
+		if payBy != 0 {
+			o.PayBy = time.UnixMilli(payBy).UTC()
+		}
+		return o
 	}
 	tests := []struct {
 		name   string
 		change func(m map[string]any)
 		ok     bool
+		want   Order // when ok; zero: base
 	}{
-		{"valid", func(map[string]any) {}, true},
-		{"missing order_id", func(m map[string]any) { delete(m, "order_id") }, false},
-		{"missing sale_id", func(m map[string]any) { delete(m, "sale_id") }, false},
-		{"missing user_id", func(m map[string]any) { delete(m, "user_id") }, false},
-		{"missing quantity", func(m map[string]any) { delete(m, "quantity") }, false},
-		{"missing reserved_at", func(m map[string]any) { delete(m, "reserved_at") }, false},
-		{"quantity not a number", func(m map[string]any) { m["quantity"] = "x" }, false},
-		{"quantity zero", func(m map[string]any) { m["quantity"] = "0" }, false},
-		{"reserved_at not a number", func(m map[string]any) { m["reserved_at"] = "now" }, false},
-		{"field not a string", func(m map[string]any) { m["user_id"] = int64(5) }, false},
+		{"valid old entry", func(map[string]any) {}, true, base},
+		{"confirmed, no pay_by", func(m map[string]any) { m["state"], m["pay_by"] = "confirmed", "0" }, true, base},
+		{"pending", func(m map[string]any) { m["state"], m["pay_by"] = "pending_payment", "1735689720123" }, true,
+			with(StatePendingPayment, 1735689720123)},
+		{"paid", func(m map[string]any) { m["state"], m["pay_by"] = "paid", "1735689720123" }, true, with(StatePaid, 1735689720123)},
+		{"cancelled", func(m map[string]any) { m["state"], m["pay_by"] = "cancelled", "0" }, true, with(StateCancelled, 0)},
+		{"expired", func(m map[string]any) { m["state"], m["pay_by"] = "expired", "9" }, true, with(StateExpired, 9)},
+		{"state without pay_by", func(m map[string]any) { m["state"] = "paid" }, true, with(StatePaid, 0)},
+		{"unknown state", func(m map[string]any) { m["state"] = "P" }, false, Order{}},
+		{"empty state", func(m map[string]any) { m["state"] = "" }, false, Order{}},
+		{"state not a string", func(m map[string]any) { m["state"] = int64(1) }, false, Order{}},
+		{"pay_by not a number", func(m map[string]any) { m["pay_by"] = "soon" }, false, Order{}},
+		{"pay_by negative", func(m map[string]any) { m["pay_by"] = "-5" }, false, Order{}},
+		{"pay_by empty", func(m map[string]any) { m["pay_by"] = "" }, false, Order{}},
+		{"missing order_id", func(m map[string]any) { delete(m, "order_id") }, false, Order{}},
+		{"missing sale_id", func(m map[string]any) { delete(m, "sale_id") }, false, Order{}},
+		{"missing user_id", func(m map[string]any) { delete(m, "user_id") }, false, Order{}},
+		{"missing quantity", func(m map[string]any) { delete(m, "quantity") }, false, Order{}},
+		{"missing reserved_at", func(m map[string]any) { delete(m, "reserved_at") }, false, Order{}},
+		{"quantity not a number", func(m map[string]any) { m["quantity"] = "x" }, false, Order{}},
+		{"quantity zero", func(m map[string]any) { m["quantity"] = "0" }, false, Order{}},
+		{"reserved_at not a number", func(m map[string]any) { m["reserved_at"] = "now" }, false, Order{}},
+		{"field not a string", func(m map[string]any) { m["user_id"] = int64(5) }, false, Order{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,19 +205,53 @@ func TestFromStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Order{OrderID: "o1", SaleID: "s1", UserID: "u1", Quantity: 3, ReservedAt: time.UnixMilli(1735689600123).UTC()}
-			if o != want {
-				t.Fatalf("FromStream = %+v, want %+v", o, want)
+			if o != tt.want {
+				t.Fatalf("FromStream = %+v, want %+v", o, tt.want)
 			}
 		})
 	}
 }
 
 func TestMarshalRejectsInvalid(t *testing.T) {
-	o := valid()
-	o.Quantity = 0
-	if _, err := o.Marshal(); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("Marshal error = %v, want ErrMalformed", err)
+	tests := []struct {
+		name   string
+		change func(o *Order)
+	}{
+		{"quantity zero", func(o *Order) { o.Quantity = 0 }},
+		{"unknown state", func(o *Order) { o.State = "shipped" }},
+		{"pay_by before the epoch", func(o *Order) { o.PayBy = time.UnixMilli(-1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := valid()
+			tt.change(&o)
+			if _, err := o.Marshal(); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Marshal error = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// The states: five, three of them final (Invariant 8: nothing leaves a
+// final state), three live (Invariant 1: sold counts their units).
+func TestStates(t *testing.T) {
+	tests := []struct {
+		state              string
+		valid, final, live bool
+	}{
+		{StateConfirmed, true, false, true},
+		{StatePendingPayment, true, false, true},
+		{StatePaid, true, true, true},
+		{StateCancelled, true, true, false},
+		{StateExpired, true, true, false},
+		{"", false, false, false},
+		{"Paid", false, false, false},
+	}
+	for _, tt := range tests {
+		if ValidState(tt.state) != tt.valid || Final(tt.state) != tt.final || Live(tt.state) != tt.live {
+			t.Errorf("%q: valid %v final %v live %v; want %v %v %v", tt.state,
+				ValidState(tt.state), Final(tt.state), Live(tt.state), tt.valid, tt.final, tt.live)
+		}
 	}
 }
 
@@ -133,6 +261,11 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1}`))
 	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1000,"reserved_at":-1}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"pending_payment","pay_by":1735689720123}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"paid","pay_by":0}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"expired","pay_by":-1}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"cancelled","pay_by":null}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"Confirmed"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		o, err := Unmarshal(body)
 		if err != nil {

@@ -1,10 +1,26 @@
 package orderdb_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
-func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
+// TestMain runs the tests under the fault lock (shared: they use
+// RabbitMQ or MariaDB, and stop neither) and fails the package when a
+// goroutine outlives them: every client, session and server a test starts
+// must be stopped and waited for by its cleanup.
+func TestMain(m *testing.M) {
+	code := localstack.Run(m, false)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -4,9 +4,11 @@
 // migrate and reconcile commands and the tests open it.
 //
 // The schema is two tables. orders holds one row per accepted order, keyed
-// by order_id, so that writing an order again is a no-op; sale_ledger holds
-// each sale's units and orders, kept in the same transaction as the rows it
-// counts, so that it always agrees with them.
+// by order_id, with its state (package order) and payment deadline, so that
+// writing an order again changes at most its state, and never a final one;
+// sale_ledger holds each sale's units and orders ever accepted, whatever
+// their state, kept in the same transaction as the rows it counts, so that
+// it always agrees with them.
 package orderdb
 
 import (

@@ -5,19 +5,38 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // ErrSchemaNewer is wrapped by Migrate's error when the database's schema is
 // newer than this binary: an old binary must not write into it.
 var ErrSchemaNewer = errors.New("schema newer than this binary")
 
+// migration is one schema change: one DDL statement, which MySQL commits on
+// its own. A statement that cannot say IF NOT EXISTS in MySQL (ALTER TABLE
+// ... ADD COLUMN) lists the errors that mean it was already applied (by a
+// run that crashed before recording its version), so that every migration
+// is idempotent.
+type migration struct {
+	what string // for an operator: what it changes
+	sql  string
+	done []uint16 // MySQL error numbers meaning "already applied"
+}
+
+const (
+	erDupFieldName = 1060 // ER_DUP_FIELDNAME: the column exists already
+	erNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+)
+
 // migrations are applied in order, each once; a new schema change is a new
 // entry at the end, never an edit of an old one.
-var migrations = []string{
+var migrations = []migration{
 	// 1: the orders other systems read, and the per-sale ledger the
 	// consumer keeps in the same transaction. Ids are ASCII by the API's
 	// rules; a binary collation keeps "U1" and "u1" apart, as Redis does.
-	`CREATE TABLE IF NOT EXISTS orders (
+	{what: "orders table", sql: `CREATE TABLE IF NOT EXISTS orders (
 		order_id    VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 		sale_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 		user_id     VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -26,14 +45,22 @@ var migrations = []string{
 		created_at  DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
 		PRIMARY KEY (order_id),
 		KEY orders_sale (sale_id)
-	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-	`CREATE TABLE IF NOT EXISTS sale_ledger (
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`},
+	{what: "sale_ledger table", sql: `CREATE TABLE IF NOT EXISTS sale_ledger (
 		sale_id    VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
 		units      BIGINT NOT NULL DEFAULT 0,
 		orders     BIGINT NOT NULL DEFAULT 0,
 		updated_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
 		PRIMARY KEY (sale_id)
-	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`},
+	// 3: the order's state (package order's five) and payment deadline,
+	// in place: one ALTER adds both columns or neither, and the rows
+	// already there, written before payment windows, become confirmed
+	// orders without deadline. An existing column means a run that
+	// crashed after the ALTER: nothing left to do.
+	{what: "orders.state and orders.pay_by (payment windows)", sql: `ALTER TABLE orders
+		ADD COLUMN state VARCHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'confirmed',
+		ADD COLUMN pay_by DATETIME(3) NULL`, done: []uint16{erDupFieldName}},
 }
 
 // Migrate creates or upgrades the schema: it applies, in order, the
@@ -44,6 +71,12 @@ var migrations = []string{
 // wrapping ErrSchemaNewer when the database has migrations this binary does
 // not know.
 func Migrate(ctx context.Context, db *sql.DB) error {
+	return migrateTo(ctx, db, len(migrations))
+}
+
+// migrateTo is Migrate up to version target (tests build an older schema
+// with it).
+func migrateTo(ctx context.Context, db *sql.DB, target int) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -71,11 +104,14 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	if have > len(migrations) {
 		return fmt.Errorf("migrate: %w: the database is at version %d, this binary knows %d", ErrSchemaNewer, have, len(migrations))
 	}
-	for v := have + 1; v <= len(migrations); v++ {
+	for v := have + 1; v <= target; v++ {
 		// DDL commits implicitly in MySQL: each statement is idempotent
 		// instead, so a crash between it and the version row is harmless.
-		if _, err := conn.ExecContext(ctx, migrations[v-1]); err != nil {
-			return fmt.Errorf("migrate: version %d: %w", v, err)
+		m := migrations[v-1]
+		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
+			if me, ok := errors.AsType[*mysql.MySQLError](err); !ok || !slices.Contains(m.done, me.Number) {
+				return fmt.Errorf("migrate: version %d: %w", v, err)
+			}
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (?)`, v); err != nil {
 			return fmt.Errorf("migrate: record version %d: %w", v, err)
@@ -86,3 +122,27 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 
 // SchemaVersion returns the number of migrations this binary knows.
 func SchemaVersion() int { return len(migrations) }
+
+// Migration describes migration v (1 to SchemaVersion) for an operator;
+// "" for another v.
+func Migration(v int) string {
+	if v < 1 || v > len(migrations) {
+		return ""
+	}
+	return migrations[v-1].what
+}
+
+// Version returns the schema version the database is at: 0 for a database
+// never migrated. It blocks for one or two round trips and returns the
+// driver's error, wrapped.
+func Version(ctx context.Context, db *sql.DB) (int, error) {
+	var v int
+	err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_version`).Scan(&v)
+	if me, ok := errors.AsType[*mysql.MySQLError](err); ok && me.Number == erNoSuchTable {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("schema version: %w", err)
+	}
+	return v, nil
+}

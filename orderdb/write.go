@@ -14,23 +14,81 @@ import (
 	"github.com/flashgate/flashgate/order"
 )
 
-// Written is what one transaction changed.
-type Written struct {
-	Inserted   int // new rows
-	Duplicates int // orders already in MySQL (a redelivery or a relay's duplicate)
+const (
+	insertRows = "INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, pay_by) VALUES "
+	rowMarks   = "(?,?,?,?,?,?,?)"
+)
+
+// appendRow appends the values of o for rowMarks: no state is confirmed, no
+// pay_by is NULL.
+func appendRow(args []any, o order.Order) []any {
+	state := o.State
+	if state == "" {
+		state = order.StateConfirmed
+	}
+	var payBy any
+	if !o.PayBy.IsZero() {
+		payBy = o.PayBy
+	}
+	return append(args, o.OrderID, o.SaleID, o.UserID, o.Quantity, o.ReservedAt, state, payBy)
 }
 
-// WriteOrders inserts orders in one transaction, idempotently on order_id,
-// and adds to each sale's ledger the units and orders of the rows it actually
-// inserted: a duplicate adds nothing. It is safe to run again after any
-// failure, including a lost COMMIT reply: what was committed is then a
-// duplicate. Concurrent callers may write the same orders.
+// latest returns one snapshot per order id, the one that writing the batch
+// one by one, in its order, would leave: the first in a final state, else
+// the last.
+func latest(orders []order.Order) []order.Order {
+	at := make(map[string]int, len(orders))
+	out := make([]order.Order, 0, len(orders))
+	for _, o := range orders {
+		i, seen := at[o.OrderID]
+		switch {
+		case !seen:
+			at[o.OrderID] = len(out)
+			out = append(out, o)
+		case !order.Final(out[i].State):
+			out[i] = o
+		}
+	}
+	return out
+}
+
+// Written is what one transaction changed. Every order given counts once,
+// as Inserted or as a Duplicate.
+type Written struct {
+	Inserted   int // new rows
+	Duplicates int // snapshots of orders already in MySQL (a redelivery, a relay's duplicate, a new state) or repeated in the batch
+	Updated    int // of the Duplicates' rows, those whose state or pay_by this write changed
+}
+
+// finalStates is order.Final in SQL: the states a row never leaves.
+const finalStates = "('" + order.StatePaid + "','" + order.StateCancelled + "','" + order.StateExpired + "')"
+
+// WriteOrders writes order snapshots in one transaction, idempotently on
+// order_id: an order not yet in MySQL is inserted, in the state its
+// snapshot has, and counted in its sale's ledger (units and orders); an
+// order already there adds nothing to the ledger and only takes the
+// snapshot's state and pay_by, unless its row is in a final state (paid,
+// cancelled, expired), which nothing changes (Invariant 8). So a state
+// snapshot that arrives before its order's first message inserts the order,
+// once, and a redelivered older snapshot never undoes a final state. It is
+// safe to run again after any failure, including a lost COMMIT reply: what
+// was committed is then a duplicate. Concurrent callers may write the same
+// orders.
 //
-// The rows are grouped by (sale, quantity), one multi-row insert per group,
-// because MySQL reports affected rows per statement: with every row of a
-// statement of the same sale and quantity, the count of inserted rows gives
-// the units exactly. Locks are taken in a fixed order (order ids, then sale
-// ids) so that concurrent consumers do not deadlock on each other.
+// Several snapshots of one order in a batch count as written one by one in
+// the batch's order: the first final one wins, else the last one.
+//
+// The rows are grouped by (sale, quantity), one multi-row insert per group
+// whose duplicate-key update changes nothing, because MySQL reports affected
+// rows per statement: with every row of a statement of the same sale and
+// quantity, the count of inserted rows gives the units exactly. (An update
+// of the state in that same statement would count 2 per changed row, which
+// cannot be told from two inserts.) When a group had duplicates, its rows
+// then get their state in one more statement for the whole batch, on rows
+// the inserts have locked already; a batch of new orders, the usual one,
+// runs no such statement. Locks are taken in a fixed order (sale ids,
+// quantities, order ids; then the ledger's sale ids) so that concurrent
+// consumers do not deadlock on each other.
 //
 // It blocks for one transaction, is safe for concurrent use, and returns an
 // error wrapping the driver's (nothing is then committed, unless the error
@@ -39,11 +97,10 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 	if len(orders) == 0 {
 		return Written{}, nil
 	}
-	sorted := slices.Clone(orders)
+	sorted := latest(orders)
 	slices.SortFunc(sorted, func(a, b order.Order) int {
 		return cmp.Or(cmp.Compare(a.SaleID, b.SaleID), cmp.Compare(a.Quantity, b.Quantity), cmp.Compare(a.OrderID, b.OrderID))
 	})
-	sorted = slices.CompactFunc(sorted, func(a, b order.Order) bool { return a.OrderID == b.OrderID })
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -55,7 +112,8 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 	ledger := map[string]*tally{}
 	var w Written
 	var q strings.Builder
-	args := make([]any, 0, 5*len(sorted))
+	args := make([]any, 0, 7*len(sorted))
+	var dups []order.Order // the rows of groups that met existing rows
 	for start := 0; start < len(sorted); {
 		end := start + 1
 		for end < len(sorted) && sorted[end].SaleID == sorted[start].SaleID && sorted[end].Quantity == sorted[start].Quantity {
@@ -64,13 +122,13 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 		group := sorted[start:end]
 		q.Reset()
 		args = args[:0]
-		q.WriteString("INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at) VALUES ")
+		q.WriteString(insertRows)
 		for i, o := range group {
 			if i > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?,?,?,?,?)")
-			args = append(args, o.OrderID, o.SaleID, o.UserID, o.Quantity, o.ReservedAt)
+			q.WriteString(rowMarks)
+			args = appendRow(args, o)
 		}
 		// A no-op update: an existing row counts 0 affected rows.
 		q.WriteString(" ON DUPLICATE KEY UPDATE order_id = order_id")
@@ -96,11 +154,49 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 			t.units += n * int64(group[0].Quantity)
 			t.orders += n
 		}
+		if n < int64(len(group)) {
+			dups = append(dups, group...)
+		}
 		w.Inserted += int(n)
 		w.Duplicates += len(group) - int(n)
 		start = end
 	}
 	w.Duplicates += len(orders) - len(sorted) // repeated inside the batch
+
+	if len(dups) > 0 {
+		// Every row named here exists and this transaction holds its lock
+		// (an insert's duplicate-key update locks the row it meets), so
+		// this statement inserts nothing and counts 2 per row it changes.
+		// pay_by comes first: MySQL assigns left to right, and the state
+		// test must see the row's state before this update.
+		slices.SortFunc(dups, func(a, b order.Order) int { return cmp.Compare(a.OrderID, b.OrderID) })
+		q.Reset()
+		args = args[:0]
+		q.WriteString(insertRows)
+		for i, o := range dups {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteString(rowMarks)
+			args = appendRow(args, o)
+		}
+		q.WriteString(" ON DUPLICATE KEY UPDATE" +
+			" pay_by = IF(state IN " + finalStates + ", pay_by, COALESCE(VALUES(pay_by), pay_by))," +
+			" state = IF(state IN " + finalStates + ", state, VALUES(state))")
+		res, err := tx.ExecContext(ctx, q.String(), args...)
+		if err != nil {
+			return Written{}, fmt.Errorf("write orders: update states: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return Written{}, fmt.Errorf("write orders: rows affected: %w", err)
+		}
+		if n < 0 || n%2 != 0 || n > 2*int64(len(dups)) {
+			// An insert here would be a row the ledger missed.
+			return Written{}, fmt.Errorf("write orders: %d rows affected by %d state updates", n, len(dups))
+		}
+		w.Updated = int(n / 2)
+	}
 
 	if len(ledger) > 0 {
 		sales := make([]string, 0, len(ledger))

@@ -3,12 +3,14 @@ package reconcile
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
@@ -17,7 +19,20 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
+// TestMain runs the tests under the fault lock (shared: they use
+// RabbitMQ or MariaDB, and stop neither) and fails the package when a
+// goroutine outlives them: every client, session and server a test starts
+// must be stopped and waited for by its cleanup.
+func TestMain(m *testing.M) {
+	code := localstack.Run(m, false)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // env is one test's private corner of the shared services: a Redis key
 // prefix and a MySQL database of its own, both removed when it ends.
@@ -50,27 +65,52 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: prefix}}
 }
 
-// sell creates a sale and reserves n orders of
-// quantity 1 or 2 with the reserve script, as the gateway does.
-func (e *env) sell(sale string, n int) {
+// sell creates a sale and reserves n orders of quantity 1 or 2 with the
+// reserve script, as the gateway does: confirmed orders.
+func (e *env) sell(sale string, n int) { e.sellWindow(sale, n, 0) }
+
+// sellWindow is sell on a sale with a payment window of window seconds (0:
+// none): its orders are pending_payment until then.
+func (e *env) sellWindow(sale string, n, window int) {
 	e.t.Helper()
 	ctx := context.Background()
 	k := e.keys
-	if err := e.rdb.HSet(ctx, k.Meta(sale), "stock", 100000, "sold", 0, "limit", 10, "starts", 0, "ends", 0, "locked", 0).Err(); err != nil {
+	if err := e.rdb.HSet(ctx, k.Meta(sale), "stock", 100000, "sold", 0, "limit", 10, "starts", 0, "ends", 0, "locked", 0,
+		"window", window).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 	args := []any{sale, 60}
 	for i := range n {
 		args = append(args, sale+"-o"+strconv.Itoa(i), "u"+strconv.Itoa(i), 1+i%2, 0)
 	}
-	v, err := e.loader.Run(ctx, scripts.Reserve, []string{k.Meta(sale), k.Users(sale), k.Outbox(sale), k.Orders(sale)}, args...)
+	v, err := e.loader.Run(ctx, scripts.Reserve, e.saleKeys(sale), args...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// code, order id, pay_by per reservation
 	for i, x := range v.([]any) {
-		if i%2 == 0 && x.(int64) != 0 {
-			e.t.Fatalf("reservation %d: code %d", i/2, x)
+		if i%3 == 0 && x.(int64) != 0 {
+			e.t.Fatalf("reservation %d: code %d", i/3, x)
 		}
+	}
+}
+
+// saleKeys are the keys of the reserve and order scripts.
+func (e *env) saleKeys(sale string) []string {
+	k := e.keys
+	return []string{k.Meta(sale), k.Users(sale), k.Outbox(sale), k.Orders(sale), k.Due(sale)}
+}
+
+// change runs the order script's op (pay, cancel) on one order, as the
+// admin API does, and fails the test unless it answers OK.
+func (e *env) change(sale, op, id string) {
+	e.t.Helper()
+	v, err := e.loader.Run(context.Background(), scripts.Order, e.saleKeys(sale), op, e.keys.Events(), sale, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if code := v.([]any)[0].(int64); code != 0 {
+		e.t.Fatalf("%s %s: code %d", op, id, code)
 	}
 }
 
@@ -96,4 +136,13 @@ func (e *env) deliver(sale string, n int64) []order.Order {
 		e.t.Fatal(err)
 	}
 	return os
+}
+
+// dropOutbox deletes every entry of the sale's outbox undelivered: what a
+// loss between Redis and MySQL would leave.
+func (e *env) dropOutbox(sale string) {
+	e.t.Helper()
+	if err := e.rdb.Del(context.Background(), e.keys.Outbox(sale)).Err(); err != nil {
+		e.t.Fatal(err)
+	}
 }

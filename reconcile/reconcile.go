@@ -2,7 +2,13 @@
 // sale's figures and orders on both sides and lists every disagreement, so
 // that an operator (`flashgate reconcile`) or a test can tell an order in
 // transit from one lost or invented (Invariant 3: every 202 becomes exactly
-// one MySQL row, and no row exists without a reservation).
+// one MySQL row, and no row exists without a reservation), and a state on
+// its way to MySQL from one that differs for good (Invariant 8: MySQL's
+// state follows Redis's and never leaves paid, cancelled or expired).
+//
+// Units are compared as live units (package order: pending_payment, paid,
+// confirmed): Redis's sold counts them, and so do MySQL's rows in those
+// states; the units of a cancelled or expired order are back in the stock.
 package reconcile
 
 import (
@@ -26,6 +32,9 @@ var ErrNoSale = errors.New("no such sale")
 // maxListed bounds the order ids a Report lists per kind of problem.
 const maxListed = 10
 
+// States are the five states in the order reports print them.
+var States = []string{order.StateConfirmed, order.StatePendingPayment, order.StatePaid, order.StateCancelled, order.StateExpired}
+
 // Report compares one sale in Redis with MySQL. The figures are read while
 // the pipeline may be moving (Redis first, then MySQL in one consistent
 // snapshot), so a busy sale can show a transient difference; Drift is exact
@@ -34,38 +43,58 @@ type Report struct {
 	Sale string
 
 	// Redis.
-	Sold          int64 // the meta hash's sold
-	Buyers        int64 // users holding units (HLEN users)
-	UserUnits     int64 // units over the users hash
-	Accepted      int64 // orders in the orders hash: every order ever accepted
-	AcceptedUnits int64
-	OutboxEntries int64 // accepted orders not yet confirmed by RabbitMQ
-	OutboxUnits   int64
-	OutboxBad     int64 // outbox entries that are not orders
-	BadRecords    int64 // orders hash values that are not order records (counted in Accepted, with no units)
+	Sold          int64            // the meta hash's sold: units of live orders
+	Buyers        int64            // users holding units (HLEN users)
+	UserUnits     int64            // units over the users hash
+	Accepted      int64            // orders in the orders hash: every order ever accepted
+	AcceptedUnits int64            // their units, whatever their state
+	LiveOrders    int64            // of Accepted, orders in a live state
+	LiveUnits     int64            // their units
+	States        map[string]int64 // orders per state (a bad record in none)
+	Counters      map[string]int64 // the meta hash's pending, paid, cancelled and expired
+	Due           int64            // orders in the due set (awaiting payment)
+	OutboxEntries int64            // entries not yet confirmed by RabbitMQ: orders and their changes of state
+	OutboxOrders  int64            // distinct orders among them
+	// OutboxUnits is what the outbox's entries will change in MySQL's
+	// live units once delivered: for each order with an entry there, its
+	// live units in Redis minus those of its row (none for a missing row).
+	// Negative when cancellations and expiries are on their way.
+	OutboxUnits int64
+	OutboxBad   int64 // outbox entries that are not orders
+	BadRecords  int64 // orders hash values that are not order records (counted in Accepted, with no units)
 
 	// MySQL.
-	Rows         int64 // rows in orders
-	Units        int64 // SUM(quantity)
-	Users        int64 // COUNT(DISTINCT user_id)
-	LedgerUnits  int64 // sale_ledger.units
-	LedgerOrders int64 // sale_ledger.orders
+	Rows         int64            // rows in orders
+	Units        int64            // SUM(quantity), whatever the state
+	RowsLive     int64            // rows in a live state
+	UnitsLive    int64            // their SUM(quantity)
+	RowStates    map[string]int64 // rows per state
+	Users        int64            // distinct users of live rows
+	LedgerUnits  int64            // sale_ledger.units
+	LedgerOrders int64            // sale_ledger.orders
 
 	// Order by order.
-	Missing    int      // accepted, neither in MySQL nor in the outbox: in RabbitMQ, or lost
-	Unknown    int      // in MySQL, never accepted in Redis
-	Mismatched int      // in both, with another user or quantity (a bad record is not compared)
-	Examples   []string // up to a few ids of each problem, "kind id"
+	Missing    int // accepted, neither in MySQL nor in the outbox: in RabbitMQ, or lost
+	Unknown    int // in MySQL, never accepted in Redis
+	Mismatched int // in both, with another user or quantity (a bad record is not compared)
+	// StateDiffers counts orders in both whose states differ with no
+	// outbox entry of Redis's state: the change is in RabbitMQ, or lost.
+	// One whose MySQL state is final never resolves.
+	StateDiffers int
+	// StateInTransit counts orders in both whose states differ while an
+	// outbox entry of Redis's state is still pending: not drift.
+	StateInTransit int
+	Examples       []string // up to a few ids of each problem, "kind id[ detail]"
 }
 
-// InTransit is sold − MySQL units − outbox units: the units between the
-// outbox and MySQL (in RabbitMQ or a consumer's hands). It is 0 when the
-// pipeline is drained; anything else then is drift.
-func (r *Report) InTransit() int64 { return r.Sold - r.Units - r.OutboxUnits }
+// InTransit is sold − MySQL live units − outbox units: the live units
+// between the outbox and MySQL (in RabbitMQ or a consumer's hands). It is 0
+// when the pipeline is drained; anything else then is drift.
+func (r *Report) InTransit() int64 { return r.Sold - r.UnitsLive - r.OutboxUnits }
 
 // Drained reports whether nothing is pending or in transit.
 func (r *Report) Drained() bool {
-	return r.OutboxEntries == 0 && r.InTransit() == 0 && r.Missing == 0
+	return r.OutboxEntries == 0 && r.InTransit() == 0 && r.Missing == 0 && r.StateDiffers == 0
 }
 
 // Drift lists every disagreement, one sentence each; none means Redis and
@@ -73,18 +102,26 @@ func (r *Report) Drained() bool {
 func (r *Report) Drift() []string {
 	var d []string
 	if r.InTransit() != 0 {
-		d = append(d, fmt.Sprintf("sold %d ≠ MySQL units %d + outbox units %d (difference %d: in transit, or lost/extra)",
-			r.Sold, r.Units, r.OutboxUnits, r.InTransit()))
+		d = append(d, fmt.Sprintf("sold %d ≠ MySQL live units %d + outbox units %d (difference %d: in transit, or lost/extra)",
+			r.Sold, r.UnitsLive, r.OutboxUnits, r.InTransit()))
 	}
 	if r.LedgerUnits != r.Units || r.LedgerOrders != r.Rows {
 		d = append(d, fmt.Sprintf("ledger %d units / %d orders ≠ orders table %d units / %d rows",
 			r.LedgerUnits, r.LedgerOrders, r.Units, r.Rows))
 	}
-	if r.AcceptedUnits != r.Sold {
-		d = append(d, fmt.Sprintf("Redis: sold %d ≠ units of accepted orders %d", r.Sold, r.AcceptedUnits))
+	if r.LiveUnits != r.Sold {
+		d = append(d, fmt.Sprintf("Redis: sold %d ≠ units of live orders %d", r.Sold, r.LiveUnits))
 	}
 	if r.UserUnits != r.Sold {
 		d = append(d, fmt.Sprintf("Redis: sold %d ≠ units held by users %d", r.Sold, r.UserUnits))
+	}
+	for _, st := range States[1:] { // confirmed has no counter
+		if r.Counters[st] != r.States[st] {
+			d = append(d, fmt.Sprintf("Redis: meta counter %s %d ≠ %d orders %s", counter(st), r.Counters[st], r.States[st], st))
+		}
+	}
+	if r.Due != r.States[order.StatePendingPayment] {
+		d = append(d, fmt.Sprintf("Redis: due set holds %d orders ≠ %d orders pending_payment", r.Due, r.States[order.StatePendingPayment]))
 	}
 	if r.BadRecords > 0 {
 		d = append(d, fmt.Sprintf("%d orders hash values are not order records", r.BadRecords))
@@ -101,10 +138,21 @@ func (r *Report) Drift() []string {
 	if r.Mismatched > 0 {
 		d = append(d, fmt.Sprintf("%d orders differ between Redis and MySQL (user or quantity)", r.Mismatched))
 	}
+	if r.StateDiffers > 0 {
+		d = append(d, fmt.Sprintf("%d orders have another state in MySQL than in Redis, with no outbox entry for it (in transit, or lost)", r.StateDiffers))
+	}
 	if r.OutboxEntries == 0 && r.InTransit() == 0 && r.Buyers != r.Users {
-		d = append(d, fmt.Sprintf("buyers: Redis %d ≠ MySQL distinct users %d", r.Buyers, r.Users))
+		d = append(d, fmt.Sprintf("buyers: Redis %d ≠ MySQL distinct users of live orders %d", r.Buyers, r.Users))
 	}
 	return d
+}
+
+// counter is the meta hash's counter of orders in state.
+func counter(state string) string {
+	if state == order.StatePendingPayment {
+		return "pending"
+	}
+	return state
 }
 
 // Sale reads one sale from Redis and MySQL and compares them order by
@@ -113,25 +161,35 @@ func (r *Report) Drift() []string {
 // not something to run per request. Concurrent calls are safe. It returns
 // ErrNoSale when neither side knows the sale, or a wrapped I/O error.
 //
-// A value of the orders hash that is not a record ("q:QTY:USER") is counted
-// in BadRecords, which is drift; its order still counts as accepted (its id
-// is there), with no units, and is missing when neither MySQL nor the outbox
-// holds it.
+// A value of the orders hash that is not a record (scripts.ParseRecord) is
+// counted in BadRecords, which is drift; its order still counts as accepted
+// (its id is there), with no units and no state, and is missing when
+// neither MySQL nor the outbox holds it.
 func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db *sql.DB, sale string) (*Report, error) {
-	r := &Report{Sale: sale}
+	r := &Report{Sale: sale, States: map[string]int64{}, Counters: map[string]int64{}, RowStates: map[string]int64{}}
 
 	// Redis: one MULTI for the figures, then scans for the details.
 	pipe := rdb.TxPipeline()
 	exists := pipe.Exists(ctx, keys.Meta(sale))
-	sold := pipe.HGet(ctx, keys.Meta(sale), "sold")
+	meta := pipe.HMGet(ctx, keys.Meta(sale), "sold", "pending", "paid", "cancelled", "expired")
 	buyers := pipe.HLen(ctx, keys.Users(sale))
+	due := pipe.ZCard(ctx, keys.Due(sale))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reconcile %s: redis: %w", sale, err)
 	}
-	if s, err := sold.Result(); err == nil {
-		r.Sold, _ = strconv.ParseInt(s, 10, 64)
+	num := func(v any) int64 {
+		s, _ := v.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	if m := meta.Val(); len(m) == 5 {
+		r.Sold = num(m[0])
+		for i, st := range States[1:] {
+			r.Counters[st] = num(m[i+1])
+		}
 	}
 	r.Buyers = buyers.Val()
+	r.Due = due.Val()
 
 	type accepted struct {
 		rec   scripts.Record
@@ -149,7 +207,13 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 		r.AcceptedUnits += rec.Quantity
 		if err != nil {
 			r.BadRecords++
-			r.example("bad", id)
+			r.example("bad", id, "")
+			return
+		}
+		r.States[rec.State]++
+		if order.Live(rec.State) {
+			r.LiveOrders++
+			r.LiveUnits += rec.Quantity
 		}
 	})
 	if err != nil {
@@ -165,7 +229,8 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 	for _, n := range held {
 		r.UserUnits += n
 	}
-	inOutbox := map[string]bool{}
+	// inOutbox holds, per order, the states of its entries still there.
+	inOutbox := map[string]map[string]bool{}
 	for start := "-"; ; {
 		msgs, err := rdb.XRangeN(ctx, keys.Outbox(sale), start, "+", 1000).Result()
 		if err != nil {
@@ -178,13 +243,25 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 				r.OutboxBad++
 				continue
 			}
-			r.OutboxUnits += int64(o.Quantity)
-			inOutbox[o.OrderID] = true
+			if inOutbox[o.OrderID] == nil {
+				inOutbox[o.OrderID] = map[string]bool{}
+			}
+			inOutbox[o.OrderID][o.State] = true
 		}
 		if len(msgs) < 1000 {
 			break
 		}
 		start = "(" + msgs[len(msgs)-1].ID
+	}
+	r.OutboxOrders = int64(len(inOutbox))
+	liveUnits := func(a *accepted) int64 {
+		if a == nil || a.bad || !order.Live(a.rec.State) {
+			return 0
+		}
+		return a.rec.Quantity
+	}
+	for id := range inOutbox {
+		r.OutboxUnits += liveUnits(orders[id]) // minus the row's, below
 	}
 
 	// MySQL: one snapshot for the rows and the ledger.
@@ -193,33 +270,51 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 		return nil, fmt.Errorf("reconcile %s: mysql: %w", sale, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	rows, err := tx.QueryContext(ctx, `SELECT order_id, user_id, quantity FROM orders WHERE sale_id = ?`, sale)
+	rows, err := tx.QueryContext(ctx, `SELECT order_id, user_id, quantity, state FROM orders WHERE sale_id = ?`, sale)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile %s: mysql: %w", sale, err)
 	}
 	users := map[string]struct{}{}
 	for rows.Next() {
-		var id, user string
+		var id, user, state string
 		var qty int64
-		if err := rows.Scan(&id, &user, &qty); err != nil {
+		if err := rows.Scan(&id, &user, &qty, &state); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("reconcile %s: mysql: %w", sale, err)
 		}
 		r.Rows++
 		r.Units += qty
-		users[user] = struct{}{}
+		r.RowStates[state]++
+		live := order.Live(state)
+		if live {
+			r.RowsLive++
+			r.UnitsLive += qty
+			users[user] = struct{}{}
+			if inOutbox[id] != nil {
+				r.OutboxUnits -= qty
+			}
+		}
 		a := orders[id]
 		switch {
 		case a == nil:
 			r.Unknown++
-			r.example("unknown", id)
-		case !a.bad && (a.rec.UserID != user || a.rec.Quantity != qty):
+			r.example("unknown", id, "")
+			continue
+		case a.bad:
+		case a.rec.UserID != user || a.rec.Quantity != qty:
 			r.Mismatched++
-			r.example("mismatched", id)
-			a.found = true
-		default:
-			a.found = true
+			r.example("mismatched", id, "")
+		case a.rec.State != state && inOutbox[id][a.rec.State]:
+			r.StateInTransit++
+		case a.rec.State != state:
+			r.StateDiffers++
+			detail := "redis " + a.rec.State + ", mysql " + state
+			if order.Final(state) {
+				detail += "; final in MySQL, never resolves"
+			}
+			r.example("state", id, detail)
 		}
+		a.found = true
 	}
 	if err := rows.Err(); err != nil {
 		rows.Close()
@@ -232,9 +327,9 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 		return nil, fmt.Errorf("reconcile %s: ledger: %w", sale, err)
 	}
 	for id, a := range orders {
-		if !a.found && !inOutbox[id] {
+		if !a.found && inOutbox[id] == nil {
 			r.Missing++
-			r.example("missing", id)
+			r.example("missing", id, "")
 		}
 	}
 	if exists.Val() == 0 && r.Accepted == 0 && r.Rows == 0 && r.LedgerOrders == 0 {
@@ -243,7 +338,9 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 	return r, nil
 }
 
-func (r *Report) example(kind, id string) {
+// example lists "kind id" (and detail, when not empty) unless maxListed of
+// the kind are listed already.
+func (r *Report) example(kind, id, detail string) {
 	n := 0
 	for _, e := range r.Examples {
 		if strings.HasPrefix(e, kind+" ") {
@@ -251,7 +348,11 @@ func (r *Report) example(kind, id string) {
 		}
 	}
 	if n < maxListed {
-		r.Examples = append(r.Examples, kind+" "+id)
+		e := kind + " " + id
+		if detail != "" {
+			e += " (" + detail + ")"
+		}
+		r.Examples = append(r.Examples, e)
 	}
 }
 

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
@@ -125,5 +128,137 @@ func TestReconcileNoSale(t *testing.T) {
 	e := newEnv(t)
 	if _, err := Sale(context.Background(), e.rdb, e.keys, e.db, "nope"); !errors.Is(err, ErrNoSale) {
 		t.Fatalf("Sale = %v, want ErrNoSale", err)
+	}
+}
+
+// TestReconcileStates guards the checker of Invariant 8 (MySQL's state
+// follows Redis's and never leaves a final one) and of Invariant 1 with
+// payment (sold counts live units only): a sale with a payment window, its
+// 40 pending orders (60 units) in MySQL, then paid and cancelled in Redis.
+// A change of state still in the outbox is in transit, not drift; one that
+// reached neither the outbox nor MySQL is drift, named with its order; so is
+// a final state in MySQL that Redis does not have, and a Redis counter that
+// disagrees with the orders.
+func TestReconcileStates(t *testing.T) {
+	// o1 and o3 have quantity 2, o2 and o4 quantity 1.
+	tests := []struct {
+		name  string
+		setup func(e *env)
+		drift []string // substrings of the drift, in order; none: no drift
+		check func(t *testing.T, r *Report)
+	}{
+		{"every change delivered", func(e *env) {
+			e.change("s", "pay", "s-o1")
+			e.change("s", "cancel", "s-o2")
+			e.change("s", "cancel", "s-o3")
+			e.deliver("s", 100)
+		}, nil, func(t *testing.T, r *Report) {
+			if !r.Drained() || r.Sold != 57 || r.UnitsLive != 57 || r.Units != 60 || r.LedgerUnits != 60 ||
+				r.RowStates[order.StatePaid] != 1 || r.RowStates[order.StateCancelled] != 2 || r.RowStates[order.StatePendingPayment] != 37 ||
+				r.States[order.StateCancelled] != 2 || r.Counters[order.StateCancelled] != 2 || r.Due != 37 {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"changes still in the outbox", func(e *env) {
+			e.change("s", "pay", "s-o1")
+			e.change("s", "cancel", "s-o3")
+		}, nil, func(t *testing.T, r *Report) {
+			if r.Drained() || r.StateInTransit != 2 || r.StateDiffers != 0 || r.OutboxEntries != 2 || r.OutboxOrders != 2 ||
+				r.OutboxUnits != -2 || r.InTransit() != 0 || r.Sold != 58 || r.UnitsLive != 60 {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a payment lost on its way", func(e *env) {
+			e.change("s", "pay", "s-o1")
+			e.dropOutbox("s")
+		}, []string{"1 orders have another state in MySQL than in Redis"}, func(t *testing.T, r *Report) {
+			if r.StateDiffers != 1 || r.InTransit() != 0 || !slices.Equal(r.Examples, []string{"state s-o1 (redis paid, mysql pending_payment)"}) {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a cancellation lost on its way", func(e *env) {
+			e.change("s", "cancel", "s-o3")
+			e.dropOutbox("s")
+		}, []string{"sold 58 ≠ MySQL live units 60 + outbox units 0 (difference -2", "1 orders have another state"}, func(t *testing.T, r *Report) {
+			if r.StateDiffers != 1 || !slices.Equal(r.Examples, []string{"state s-o3 (redis cancelled, mysql pending_payment)"}) {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a final state in MySQL that Redis does not have", func(e *env) {
+			e.change("s", "pay", "s-o4")
+			e.deliver("s", 100)
+			e.db.Exec(`UPDATE orders SET state = 'expired' WHERE order_id = 's-o4'`)
+		}, []string{"sold 60 ≠ MySQL live units 59", "1 orders have another state"}, func(t *testing.T, r *Report) {
+			if !slices.Equal(r.Examples, []string{"state s-o4 (redis paid, mysql expired; final in MySQL, never resolves)"}) {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a Redis counter off", func(e *env) {
+			e.change("s", "pay", "s-o1")
+			e.deliver("s", 100)
+			e.rdb.HIncrBy(context.Background(), e.keys.Meta("s"), "paid", 1)
+		}, []string{"Redis: meta counter paid 2 ≠ 1 orders paid"}, nil},
+		{"an order missing from the due set", func(e *env) {
+			e.rdb.ZRem(context.Background(), e.keys.Due("s"), "s-o7")
+		}, []string{"Redis: due set holds 39 orders ≠ 40 orders pending_payment"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.sellWindow("s", 40, 600)
+			e.deliver("s", 100)
+			tt.setup(e)
+			r, err := Sale(context.Background(), e.rdb, e.keys, e.db, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := r.Drift()
+			if len(d) != len(tt.drift) {
+				t.Fatalf("drift %q, want %d like %q (report %+v)", d, len(tt.drift), tt.drift, r)
+			}
+			for i := range d {
+				if !strings.Contains(d[i], tt.drift[i]) {
+					t.Fatalf("drift %q, want like %q", d, tt.drift)
+				}
+			}
+			if r.Accepted != 40 || r.AcceptedUnits != 60 || r.Rows != 40 || r.LedgerOrders != 40 {
+				t.Fatalf("figures %+v", r)
+			}
+			if tt.check != nil {
+				tt.check(t, r)
+			}
+		})
+	}
+}
+
+// TestReconcileOldRecords: a sale written before payment windows (records
+// "F:QTY:USER", outbox entries without state, no counters, no due set)
+// reconciles as confirmed orders, without drift.
+func TestReconcileOldRecords(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	k := e.keys
+	e.rdb.HSet(ctx, k.Meta("old"), "stock", 10, "sold", 3, "limit", 5)
+	e.rdb.HSet(ctx, k.Users("old"), "u1", 1, "u2", 2)
+	e.rdb.HSet(ctx, k.Orders("old"), "old-1", "c:1:u1", "old-2", "q:2:u2")
+	e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Outbox("old"), Values: []any{
+		"order_id", "old-2", "sale_id", "old", "user_id", "u2", "quantity", "2", "reserved_at", "1735689600123"}})
+	if _, err := orderdb.WriteOrders(ctx, e.db, []order.Order{{OrderID: "old-1", SaleID: "old", UserID: "u1", Quantity: 1,
+		ReservedAt: time.UnixMilli(1735689600000)}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Sale(ctx, e.rdb, e.keys, e.db, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Drift(); len(d) > 0 {
+		t.Fatalf("drift %q (report %+v)", d, r)
+	}
+	if r.States[order.StateConfirmed] != 2 || r.LiveUnits != 3 || r.OutboxUnits != 2 || r.UnitsLive != 1 {
+		t.Fatalf("%+v", r)
+	}
+	e.deliver("old", 10)
+	if r, err = Sale(ctx, e.rdb, e.keys, e.db, "old"); err != nil || len(r.Drift()) > 0 || !r.Drained() {
+		t.Fatalf("after delivery: %v, %+v", err, r)
 	}
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -10,13 +11,27 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/scripts"
 )
 
-func TestMain(m *testing.M) { os.Exit(localstack.Run(m, false)) }
+// TestMain runs the tests under the fault lock (shared: they use
+// RabbitMQ or MariaDB, and stop neither) and fails the package when a
+// goroutine outlives them: every client, session and server a test starts
+// must be stopped and waited for by its cleanup.
+func TestMain(m *testing.M) {
+	code := localstack.Run(m, false)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // env is one test's private corner of the shared services
 // (localstack.Isolated: its own Redis key prefix, exchange and queues, all

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -14,16 +15,21 @@ import (
 )
 
 // maxSaleSeries bounds the per-sale series of one scrape; beyond it the
-// sales with the most pending entries are shown.
+// ranking of writeOutboxes picks the sales shown.
 const maxSaleSeries = 500
 
-// WriteMetrics writes the relay's counters and each sale's outbox series
+// WriteMetrics writes the relay's counters, the outbox totals over every
+// sale in the registry (flashgate_outbox_pending_total, the entries of all
+// outboxes; flashgate_outbox_oldest_age_max_seconds, the oldest entry of
+// any; flashgate_outbox_series_omitted, how many sales that would show had
+// no per-sale series for the bound) and each shown sale's outbox series
 // (flashgate_outbox_pending and flashgate_outbox_oldest_age_seconds,
-// labelled sale) as Prometheus series. A sale's outbox series show while the
-// sale is on or its outbox holds entries. It samples the outboxes for them
-// (three Redis round trips, bounded by 2s): a scrape while Redis cannot
-// answer has no per-sale series. It is safe for concurrent use, with or
-// without Run.
+// labelled sale). A sale's outbox series show while the sale is on or its
+// outbox holds entries, at most maxSaleSeries of them: see writeOutboxes
+// for which. It samples the outboxes for them (three rounds of pipelined
+// Redis calls, bounded by 2s together): a scrape while Redis cannot answer
+// in time has neither totals nor per-sale series, never totals over part
+// of the sales. It is safe for concurrent use, with or without Run.
 func (r *Relay) WriteMetrics(w io.Writer) {
 	s := r.Stats()
 	metrics.WriteCounterUint64(w, "flashgate_relay_published_total", s.Published)
@@ -40,42 +46,69 @@ func (r *Relay) WriteMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, "flashgate_relay_connected", gauge(s.Connected))
 	ctx, cancel := context.WithTimeout(context.Background(), redisCall)
 	defer cancel()
-	if smp, err := r.smp.take(ctx, true); err == nil {
+	if smp, err := r.smp.take(ctx, true); err == nil && !smp.agesLost {
 		writeOutboxes(w, smp)
 	}
 }
 
-// writeOutboxes writes the per-sale outbox series of smp, in sale order.
+// writeOutboxes writes the outbox totals of smp and the per-sale series of
+// the sales it ranks first, in sale order.
+//
+// The totals count every outbox, whatever its sale id, so that a stuck one
+// shows even when no per-sale series names it. The ranking, when more than
+// maxSaleSeries sales would show: the outboxes waiting longest first, by
+// whole seconds of their oldest entry's age (a stuck outbox is one whose
+// oldest entry keeps ageing, however few entries it holds; whole seconds
+// keep the busy but healthy outboxes, all under a second, in a stable
+// order), then those with most entries, then by sale id. As ties end at the
+// id, the same sales show scrape after scrape while nothing changes.
 func writeOutboxes(w io.Writer, smp *sample) {
-	var rows []saleSample
+	var (
+		rows    []saleSample
+		pending int64
+		oldest  time.Duration
+	)
 	for _, s := range smp.sales {
+		pending += s.Pending
+		oldest = max(oldest, s.OldestAge)
 		// An id outside the id rule (never made by the admin API) could
 		// break the exposition format.
 		if (s.live || s.Pending > 0) && order.ValidID(s.Sale) {
 			rows = append(rows, s)
 		}
 	}
-	if len(rows) == 0 {
-		return
-	}
+	omitted := 0
 	if len(rows) > maxSaleSeries {
 		slices.SortFunc(rows, func(a, b saleSample) int {
-			return cmp.Or(cmp.Compare(b.Pending, a.Pending), strings.Compare(a.Sale, b.Sale))
+			return cmp.Or(
+				cmp.Compare(b.OldestAge/time.Second, a.OldestAge/time.Second),
+				cmp.Compare(b.Pending, a.Pending),
+				strings.Compare(a.Sale, b.Sale))
 		})
+		omitted = len(rows) - maxSaleSeries
 		rows = rows[:maxSaleSeries]
 	}
 	slices.SortFunc(rows, func(a, b saleSample) int { return strings.Compare(a.Sale, b.Sale) })
-	b := []byte("# TYPE flashgate_outbox_pending gauge\n")
-	for _, s := range rows {
-		b = appendSeries(b, "flashgate_outbox_pending", s.Sale)
-		b = strconv.AppendInt(b, s.Pending, 10)
-		b = append(b, '\n')
-	}
-	b = append(b, "# TYPE flashgate_outbox_oldest_age_seconds gauge\n"...)
-	for _, s := range rows {
-		b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", s.Sale)
-		b = strconv.AppendFloat(b, s.OldestAge.Seconds(), 'f', 3, 64)
-		b = append(b, '\n')
+	b := []byte("# TYPE flashgate_outbox_pending_total gauge\nflashgate_outbox_pending_total ")
+	b = strconv.AppendInt(b, pending, 10)
+	b = append(b, "\n# TYPE flashgate_outbox_oldest_age_max_seconds gauge\nflashgate_outbox_oldest_age_max_seconds "...)
+	b = strconv.AppendFloat(b, oldest.Seconds(), 'f', 3, 64)
+	b = append(b, "\n# TYPE flashgate_outbox_series_omitted gauge\nflashgate_outbox_series_omitted "...)
+	b = strconv.AppendInt(b, int64(omitted), 10)
+	b = append(b, '\n')
+	if len(rows) > 0 {
+		b = append(b, "# TYPE flashgate_outbox_pending gauge\n"...)
+		for _, s := range rows {
+			b = appendSeries(b, "flashgate_outbox_pending", s.Sale)
+			b = strconv.AppendInt(b, s.Pending, 10)
+			b = append(b, '\n')
+		}
+		b = append(b, "# TYPE flashgate_outbox_oldest_age_seconds gauge\n"...)
+		for _, s := range rows {
+			b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", s.Sale)
+			b = strconv.AppendFloat(b, s.OldestAge.Seconds(), 'f', 3, 64)
+			b = append(b, '\n')
+		}
 	}
 	_, _ = w.Write(b)
 }

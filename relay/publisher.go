@@ -34,7 +34,7 @@ type publisher struct {
 	confirms chan amqp.Confirmation
 	returns  chan amqp.Return
 	inflight []*entry
-	bounced  map[string]int // order id → returns not yet matched with their confirm
+	bounced  map[bounce]int // returns not yet matched with their confirm
 
 	n publishCounts
 }
@@ -67,9 +67,16 @@ func (p *publisher) attach(s *broker.Session) error {
 	// never blocks on us (which would stall confirms and heartbeats).
 	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, p.window))
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, p.window))
-	p.bounced = map[string]int{}
+	p.bounced = map[bounce]int{}
 	return nil
 }
+
+// bounce names one outbox entry in a return: the message id is the order
+// id, which an order's change of state shares with the order (two of its
+// entries may be in flight at once), so the correlation id carries the
+// entry's stream id. A return drained before the confirm of an earlier
+// publish of the same order must not be taken for that one's.
+type bounce struct{ orderID, entry string }
 
 // detach lets the session go. What was in flight on it goes back to the
 // front of the retry queue, due at once: those messages may or may not have
@@ -146,13 +153,14 @@ func (p *publisher) sendAll(batch []*entry) error {
 func (p *publisher) send(e *entry) error {
 	e.tag = p.ch.GetNextPublishSeqNo()
 	err := p.ch.Publish(p.exchange, broker.RoutingKey, true, false, amqp.Publishing{
-		ContentType:  order.ContentType,
-		DeliveryMode: amqp.Persistent,
-		MessageId:    e.orderID,
-		Timestamp:    time.Now(),
-		Type:         "order",
-		AppId:        "flashgate",
-		Body:         e.body,
+		ContentType:   order.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     e.orderID,
+		CorrelationId: e.id, // the entry, for matching a return (bounce)
+		Timestamp:     time.Now(),
+		Type:          "order",
+		AppId:         "flashgate",
+		Body:          e.body,
 	})
 	if err != nil {
 		return fmt.Errorf("relay: publish: %w", err)
@@ -191,7 +199,7 @@ returns:
 	for {
 		select {
 		case ret := <-p.returns:
-			p.bounced[ret.MessageId]++
+			p.bounced[bounce{ret.MessageId, ret.CorrelationId}]++
 		default:
 			break returns
 		}
@@ -213,9 +221,10 @@ returns:
 	case !c.Ack:
 		p.n.nacked.Add(1)
 		p.retryLater(e)
-	case p.bounced[e.orderID] > 0:
-		if p.bounced[e.orderID]--; p.bounced[e.orderID] == 0 {
-			delete(p.bounced, e.orderID)
+	case p.bounced[bounce{e.orderID, e.id}] > 0:
+		k := bounce{e.orderID, e.id}
+		if p.bounced[k]--; p.bounced[k] == 0 {
+			delete(p.bounced, k)
 		}
 		p.n.returned.Add(1)
 		p.retryLater(e)

@@ -3,10 +3,11 @@
 //
 // Each sale's outbox stream is read through one consumer group shared by
 // every relay, so any number of relays (one per gateway) can serve the same
-// sales at once, each entry going to one of them. An entry is published as a
-// persistent message with the order id as message id, on a channel in
-// confirm mode with many confirms outstanding, and mandatory, so an
-// unroutable message comes back. Only once RabbitMQ has confirmed it is the
+// sales at once, each entry going to one of them. An entry (an order, or a
+// change of its state: package order) is published as a persistent message
+// with the order id as message id and the entry's stream id as correlation
+// id, on a channel in confirm mode with many confirms outstanding, and
+// mandatory, so an unroutable message comes back. Only once RabbitMQ has confirmed it is the
 // entry acknowledged and deleted from the stream (XACK and XDEL in one
 // MULTI). A nack, a return or a lost connection leaves the entry pending: the
 // relay publishes it again, and entries left pending by a relay that died are

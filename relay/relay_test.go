@@ -418,3 +418,75 @@ func publishFiller(e *env) (bool, error) {
 	}
 	return dc.Wait(), nil
 }
+
+// TestRelaysStateSnapshots guards Invariant 8's relay leg (MySQL's state
+// follows Redis's): an order's entry and the entry of its change of state,
+// as the reserve and order scripts write them, are published as they are,
+// each, and then deleted; each message
+// names its order (message id) and its entry (correlation id), so that a
+// return of one is never taken for the other's. An entry written before
+// payment windows (no state) is published as a confirmed order.
+func TestRelaysStateSnapshots(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const sale = "s"
+	if err := e.rdb.SAdd(ctx, e.keys.Sales(), sale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	finals := []string{order.StatePaid, order.StateCancelled, order.StateExpired}
+	type sent struct{ id, state string }
+	var want []sent
+	pipe := e.rdb.Pipeline()
+	add := func(id, state string, fields ...any) {
+		v := append([]any{"order_id", id, "sale_id", sale, "user_id", "u-" + id, "quantity", "2",
+			"reserved_at", strconv.FormatInt(now, 10)}, fields...)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox(sale), Values: v})
+		want = append(want, sent{id, state})
+	}
+	for i := range 30 {
+		id := "o" + strconv.Itoa(i) + "-" + localstack.RandomHex(3)
+		payBy := strconv.FormatInt(now+60_000, 10)
+		add(id, order.StatePendingPayment, "state", order.StatePendingPayment, "pay_by", payBy)
+		add(id, finals[i%3], "state", finals[i%3], "pay_by", payBy)
+	}
+	add("old-"+localstack.RandomHex(3), order.StateConfirmed) // no state, no pay_by
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.startRelay("r1")
+
+	tag := "test-" + localstack.RandomHex(4)
+	deliveries, err := e.ch.Consume(e.cfg.AMQP.Queue, tag, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.ch.Cancel(tag, false) }()
+	missing := map[sent]bool{}
+	for _, w := range want {
+		missing[w] = true
+	}
+	entries := map[string]sent{} // correlation id → what it carried
+	timeout := time.After(30 * time.Second)
+	for len(missing) > 0 {
+		select {
+		case d := <-deliveries:
+			o, err := order.Unmarshal(d.Body)
+			if err != nil {
+				t.Fatalf("message %q: %v", d.Body, err)
+			}
+			m := sent{o.OrderID, o.State}
+			if prev, seen := entries[d.CorrelationId]; d.MessageId != o.OrderID || d.CorrelationId == "" || seen && prev != m {
+				t.Fatalf("message of %v: message id %q, correlation id %q (carried %v before)", m, d.MessageId, d.CorrelationId, prev)
+			}
+			entries[d.CorrelationId] = m
+			if o.State == order.StatePendingPayment && o.PayBy.UnixMilli() != now+60_000 {
+				t.Fatalf("order %s: pay_by %v", o.OrderID, o.PayBy)
+			}
+			delete(missing, m)
+		case <-timeout:
+			t.Fatalf("%d of %d messages never arrived: %v", len(missing), len(want), missing)
+		}
+	}
+	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+}

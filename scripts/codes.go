@@ -2,10 +2,10 @@ package scripts
 
 import "strconv"
 
-// Code is an outcome code of the reserve and admin scripts: the first value
-// of each reservation's pair in reserve's reply, the first element of
-// admin's. Both scripts draw on this one code space, so that a code means the
-// same thing whichever script answered it. Each script declares the codes it
+// Code is an outcome code of the reserve, admin and order scripts: the first
+// value of each reservation's triple in reserve's reply, the first element of
+// admin's and of order's. The scripts draw on this one code space, so that a
+// code means the same thing whichever script answered it. Each script declares the codes it
 // returns as local constants at its top, named as String names them
 // (codes_test.go reads the shipped Lua and holds the two sides together);
 // the gateway maps them to its sentinels in one function.
@@ -45,6 +45,18 @@ const (
 	// CodeStockCeiling: a restock would take the stock above the ceiling
 	// that a sale's stock may reach; nothing was changed.
 	CodeStockCeiling Code = 13
+	// CodeOrderNotFound: the sale holds no order of that id.
+	CodeOrderNotFound Code = 14
+	// CodeOrderPaid: the order is paid, which nothing undoes (a cancel).
+	CodeOrderPaid Code = 15
+	// CodeOrderCancelled: the order was cancelled (a pay).
+	CodeOrderCancelled Code = 16
+	// CodeOrderExpired: the order expired, or the call came at or after its
+	// pay_by and expired it right there (a pay or a cancel).
+	CodeOrderExpired Code = 17
+	// CodeOrderConfirmed: the order is confirmed, its sale asked no payment
+	// (a pay).
+	CodeOrderConfirmed Code = 18
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -63,6 +75,11 @@ var codeNames = [...]string{
 	CodeBadWindow:           "BAD_WINDOW",
 	CodeStockRequired:       "STOCK_REQUIRED",
 	CodeStockCeiling:        "STOCK_CEILING",
+	CodeOrderNotFound:       "ORDER_NOT_FOUND",
+	CodeOrderPaid:           "ORDER_PAID",
+	CodeOrderCancelled:      "ORDER_CANCELLED",
+	CodeOrderExpired:        "ORDER_EXPIRED",
+	CodeOrderConfirmed:      "ORDER_CONFIRMED",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

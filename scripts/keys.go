@@ -8,7 +8,9 @@ type Keys struct {
 	Prefix string
 }
 
-// Meta is the sale's hash: stock, sold, limit, starts, ends, locked.
+// Meta is the sale's hash: stock, sold, limit, starts, ends, locked, window
+// (the payment window in seconds, 0 or absent for none) and the order
+// counters pending, paid, cancelled and expired.
 func (k Keys) Meta(sale string) string { return k.Prefix + ":{" + sale + "}:meta" }
 
 // Users is the hash of user id → units held.
@@ -17,9 +19,12 @@ func (k Keys) Users(sale string) string { return k.Prefix + ":{" + sale + "}:use
 // Outbox is the stream of accepted orders not yet confirmed by RabbitMQ.
 func (k Keys) Outbox(sale string) string { return k.Prefix + ":{" + sale + "}:outbox" }
 
-// Orders is the hash of order id → "q:QTY:USER" (queued) or "c:QTY:USER"
-// (in MySQL).
+// Orders is the hash of order id → the order's Record.
 func (k Keys) Orders(sale string) string { return k.Prefix + ":{" + sale + "}:orders" }
+
+// Due is the sorted set of the sale's orders awaiting payment: member the
+// order id, score its pay_by in Unix ms. The sweep expires what is due.
+func (k Keys) Due(sale string) string { return k.Prefix + ":{" + sale + "}:due" }
 
 // Idem is the key that remembers the first answer to an Idempotency-Key.
 func (k Keys) Idem(sale, key string) string { return k.Prefix + ":{" + sale + "}:idem:" + key }
@@ -30,6 +35,12 @@ func (k Keys) Op(sale, id string) string { return k.Prefix + ":{" + sale + "}:op
 // Sales is the set of every sale id ever created; the relay walks it to find
 // outbox streams.
 func (k Keys) Sales() string { return k.Prefix + ":sales" }
+
+// Paying is the set of every sale ever given a payment window; the sweepers
+// walk it to find due orders. Like Sales, it is in a slot of its own, which
+// no script on a sale's slot may write: the gateway adds a sale before the
+// script that gives it a window runs, and nothing removes one.
+func (k Keys) Paying() string { return k.Prefix + ":paying" }
 
 // Events is the pub/sub channel on which sale changes are announced.
 func (k Keys) Events() string { return k.Prefix + ":events" }

@@ -29,9 +29,10 @@ const (
 	Reserve = "reserve"
 	Admin   = "admin"
 	Mark    = "mark"
+	Order   = "order"
 )
 
-var names = []string{Admin, Mark, Reserve}
+var names = []string{Admin, Mark, Order, Reserve}
 
 //go:embed lua/*.lua
 var builtin embed.FS

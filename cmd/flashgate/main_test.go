@@ -18,8 +18,11 @@ package main
 // parallel as usual.
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 )
@@ -29,5 +32,13 @@ func TestMain(m *testing.M) {
 	// package's tests may use them meanwhile.
 	code := localstack.Run(m, true)
 	removeBinary()
+	// Every process a test starts is waited for, and every client closed,
+	// by its cleanup: no goroutine outlives the tests.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/reconcile"
 	"github.com/flashgate/flashgate/scripts"
@@ -74,13 +76,18 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 
 func printReport(w io.Writer, r *reconcile.Report, drift []string) {
 	fmt.Fprintf(w, "sale %s\n", r.Sale)
-	fmt.Fprintf(w, "  redis   sold %d  buyers %d  units held %d  accepted orders %d (%d units)  outbox %d entries (%d units)\n",
-		r.Sold, r.Buyers, r.UserUnits, r.Accepted, r.AcceptedUnits, r.OutboxEntries, r.OutboxUnits)
-	fmt.Fprintf(w, "  mysql   rows %d  units %d  buyers %d  ledger %d units / %d orders\n",
-		r.Rows, r.Units, r.Users, r.LedgerUnits, r.LedgerOrders)
-	fmt.Fprintf(w, "  in transit (sold - mysql - outbox): %d units\n", r.InTransit())
+	fmt.Fprintf(w, "  redis   sold %d  buyers %d  units held %d  accepted orders %d (%d units), live %d (%d units)  outbox %d entries of %d orders (%+d live units)\n",
+		r.Sold, r.Buyers, r.UserUnits, r.Accepted, r.AcceptedUnits, r.LiveOrders, r.LiveUnits, r.OutboxEntries, r.OutboxOrders, r.OutboxUnits)
+	fmt.Fprintf(w, "  redis   states %s  (counters pending %d paid %d cancelled %d expired %d, due %d)\n",
+		states(r.States), r.Counters[order.StatePendingPayment], r.Counters[order.StatePaid],
+		r.Counters[order.StateCancelled], r.Counters[order.StateExpired], r.Due)
+	fmt.Fprintf(w, "  mysql   rows %d (%d units), live %d (%d units)  buyers %d  ledger %d units / %d orders\n",
+		r.Rows, r.Units, r.RowsLive, r.UnitsLive, r.Users, r.LedgerUnits, r.LedgerOrders)
+	fmt.Fprintf(w, "  mysql   states %s\n", states(r.RowStates))
+	fmt.Fprintf(w, "  in transit (sold - mysql live - outbox): %d units\n", r.InTransit())
 	fmt.Fprintf(w, "  orders: %d missing, %d unknown to Redis, %d mismatched, %d unreadable in Redis\n",
 		r.Missing, r.Unknown, r.Mismatched, r.BadRecords)
+	fmt.Fprintf(w, "  states: %d differ, %d in transit (their change is in the outbox)\n", r.StateDiffers, r.StateInTransit)
 	for _, e := range r.Examples {
 		fmt.Fprintf(w, "    %s\n", e)
 	}
@@ -91,4 +98,16 @@ func printReport(w io.Writer, r *reconcile.Report, drift []string) {
 	for _, d := range drift {
 		fmt.Fprintf(w, "DRIFT: %s\n", d)
 	}
+}
+
+// states is "confirmed N  pending_payment N  paid N  cancelled N  expired N".
+func states(n map[string]int64) string {
+	var b strings.Builder
+	for i, st := range reconcile.States {
+		if i > 0 {
+			b.WriteString("  ")
+		}
+		fmt.Fprintf(&b, "%s %d", st, n[st])
+	}
+	return b.String()
 }

@@ -39,17 +39,32 @@ func Open(tb testing.TB) *sql.DB {
 	return db
 }
 
-// Orders makes n valid orders of a sale, with ids no other test uses,
-// users u0, u1, … and quantities 1-3.
+// Orders makes n valid confirmed orders of a sale, with ids no other test
+// uses, users u0, u1, … and quantities 1-3.
 func Orders(sale string, n int) []order.Order {
 	out := make([]order.Order, n)
 	for i := range out {
 		out[i] = order.Order{
 			OrderID: sale + "-" + localstack.RandomHex(6), SaleID: sale, UserID: fmt.Sprintf("u%d", i),
 			Quantity: 1 + i%3, ReservedAt: time.UnixMilli(time.Now().UnixMilli()).UTC(),
+			State: order.StateConfirmed,
 		}
 	}
 	return out
+}
+
+// State reads an order's state and pay_by (zero when NULL) in MySQL. It
+// fails the test on a query error, a missing row included.
+func State(tb testing.TB, db *sql.DB, orderID string) (state string, payBy time.Time) {
+	tb.Helper()
+	var pb sql.NullTime
+	if err := db.QueryRowContext(context.Background(), `SELECT state, pay_by FROM orders WHERE order_id = ?`, orderID).Scan(&state, &pb); err != nil {
+		tb.Fatalf("order %s: %v", orderID, err)
+	}
+	if pb.Valid {
+		payBy = pb.Time.UTC()
+	}
+	return state, payBy
 }
 
 // Totals reads the sale's rows and units in orders, and its ledger (zeros

@@ -8,14 +8,17 @@
 -- announced (gateways forget what they cached of the sale), ARGV[3] the sale
 -- id, then the operation's own arguments:
 --   get                          read the sale
---   upsert STOCK LIMIT STARTS ENDS   create or update; '' keeps a field,
---                                'null' clears a time, times are Unix ms
+--   upsert STOCK LIMIT STARTS ENDS WINDOW   create or update; '' keeps a
+--                                field, 'null' clears a time, times are Unix
+--                                ms, WINDOW the payment window in seconds
+--                                (0 on create unless given)
 --   restock N MAX                add N units to stock (once per KEYS[4]),
 --                                unless the stock would pass MAX
 --   lock | unlock
 --   ping                         answers 'pong' (readiness check of the script path)
 --
--- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers, outbox}.
+-- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers,
+-- outbox, window, pending, paid, cancelled, expired}.
 --
 -- Outcome codes: scripts/codes.go holds the same names and values (a test
 -- reads this file to keep them so); return no code but by its name.
@@ -37,17 +40,21 @@ local exists = redis.call('EXISTS', KEYS[1]) == 1
 local created = 0
 
 local function view(code)
-  local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends')
+  local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends',
+    'window', 'pending', 'paid', 'cancelled', 'expired')
   return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
     tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
-    redis.call('HLEN', KEYS[2]), redis.call('XLEN', KEYS[3])}
+    redis.call('HLEN', KEYS[2]), redis.call('XLEN', KEYS[3]),
+    tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0,
+    tonumber(m[11]) or 0}
 end
 
 if op == 'upsert' then
-  local stock, limit, starts, ends = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+  local stock, limit, starts, ends, window = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] or ''
   if not exists then
     if stock == '' then return view(STOCK_REQUIRED) end
     if limit == '' then limit = '1' end
+    if window == '' then window = '0' end
   end
   local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends')
   local sold = tonumber(m[1]) or 0
@@ -63,6 +70,9 @@ if op == 'upsert' then
   end
   if stock ~= '' then redis.call('HSET', KEYS[1], 'stock', stock) end
   if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end
+  -- A new window applies to the orders accepted after it: each order keeps
+  -- the pay_by it was given.
+  if window ~= '' then redis.call('HSET', KEYS[1], 'window', window) end
   redis.call('HSET', KEYS[1], 'starts', s, 'ends', e)
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return view(OK)

@@ -2,18 +2,24 @@
 -- atomically and exactly as if it were alone. The gateway sends a batch when
 -- several buyers of the same sale arrive together; a lone buyer is a batch of 1.
 --
--- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked)
+-- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked, window, pending)
 -- KEYS[2] users hash  (user id -> units held)
 -- KEYS[3] outbox stream (one entry per accepted order, read by the relay)
--- KEYS[4] orders hash (order id -> "q:QTY:USER" queued, "c:QTY:USER" created)
--- KEYS[5..] the idempotency keys of the reservations that carry one
+-- KEYS[4] orders hash (order id -> record "F:S:PAYBY:AT:QTY:USER", scripts/record.go)
+-- KEYS[5] due sorted set (order id -> pay_by ms, of orders awaiting payment)
+-- KEYS[6..] the idempotency keys of the reservations that carry one
 -- ARGV[1] sale id, ARGV[2] TTL in seconds of an accepted reservation's
 -- idempotency key (a refused one keeps none),
 -- then four values per reservation: order id (chosen by the gateway before the
 -- call, so that a retried call is recognised), user id, quantity, and the index
 -- in KEYS of its idempotency key (0 when it has none).
 --
--- Returns two values per reservation: an outcome code and the order id.
+-- On a sale with a payment window (meta window, seconds, > 0) an accepted
+-- order is pending_payment until pay_by = now + window: it joins the due set
+-- and counts in pending; without one it is confirmed at once (pay_by 0).
+--
+-- Returns three values per reservation: an outcome code, the order id and
+-- the order's pay_by in Unix ms (0 for none, and for a refusal).
 --
 -- Outcome codes: scripts/codes.go holds the same names and values (a test
 -- reads this file to keep them so); return no code but by its name.
@@ -30,7 +36,7 @@ local ORDER_ID_COLLISION = 9   -- never expected; the gateway answers 503
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window')
 local exists = m[1] ~= false
 local stock = tonumber(m[1]) or 0
 local sold = tonumber(m[2]) or 0
@@ -38,26 +44,47 @@ local limit = tonumber(m[3]) or 0
 local starts = tonumber(m[4]) or 0
 local ends = tonumber(m[5]) or 0
 local locked = m[6] == '1'
+local window = tonumber(m[7]) or 0
 local sale = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local sold0 = sold
+local pending = 0
 local out = {}
+
+-- payby of a new order, and its state in the record and in the outbox.
+local payby, letter, state = 0, 'C', 'confirmed'
+if window > 0 then
+  payby, letter, state = now + window * 1000, 'P', 'pending_payment'
+end
+
+-- The quantity and user of a record, of either form (the old "F:QTY:USER"
+-- has no pay_by), and its pay_by.
+local function recorded(v)
+  local pb, q, u = string.match(v, '^[qc]:%u:(%d+):%d+:(%d+):(.*)$')
+  if pb then return tonumber(q), u, tonumber(pb) end
+  q, u = string.match(v, '^[qc]:(%d+):(.*)$')
+  return tonumber(q), u, 0
+end
 
 for i = 3, #ARGV, 4 do
   local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  local record = 'q:' .. qty .. ':' .. user
-  local code, rid = nil, oid -- nil: not decided yet
+  local code, rid, pb = nil, oid, 0 -- code nil: not decided yet
 
-  -- A retried call (the reply of the first was lost): answer as the first did.
+  -- A retried call (the reply of the first was lost): answer as the first
+  -- did, with the order's pay_by, whatever state the order has reached since.
   local prev = exists and redis.call('HGET', KEYS[4], oid)
   if prev then
-    if string.sub(prev, 2) == string.sub(record, 2) then code = OK else code = ORDER_ID_COLLISION end
+    local q, u, p = recorded(prev)
+    if q == qty and u == user then code, pb = OK, p else code = ORDER_ID_COLLISION end
   elseif ik > 0 then
     local v = redis.call('GET', KEYS[ik])
     if v then
-      local u, q, c, o = string.match(v, '^(.-)\t(%d+)\t(%d+)\t(.*)$')
+      -- user, quantity, code, order id and (since payment windows) pay_by,
+      -- tab-separated: no id holds a tab.
+      local u, q, c, o = string.match(v, '^(.-)\t(%d+)\t(%d+)\t([^\t]*)')
       if u == user and tonumber(q) == qty then
         code, rid = tonumber(c), o
+        pb = tonumber(string.match(v, '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)$')) or 0
       else
         code, rid = IDEMPOTENCY_CONFLICT, ''
       end
@@ -78,9 +105,13 @@ for i = 3, #ARGV, 4 do
         sold = sold + qty
         redis.call('HINCRBY', KEYS[2], user, qty)
         redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
-          'quantity', qty, 'reserved_at', now)
-        redis.call('HSET', KEYS[4], oid, record)
-        code = OK
+          'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby)
+        redis.call('HSET', KEYS[4], oid, 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user)
+        if payby > 0 then
+          redis.call('ZADD', KEYS[5], payby, oid)
+          pending = pending + 1
+        end
+        code, pb = OK, payby
       end
     end
     -- Only an accepted reservation's key is remembered (for ttl, 24 h). A
@@ -92,16 +123,20 @@ for i = 3, #ARGV, 4 do
     -- grows with the number of keys sent rather than with the orders taken;
     -- this way a sale holds at most one key per order it accepted.
     if code ~= OK then
-      rid = ''
+      rid, pb = '', 0
     elseif ik > 0 then
-      redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid, 'EX', ttl)
+      redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid .. '\t' .. pb, 'EX', ttl)
     end
   end
   out[#out + 1] = code
   out[#out + 1] = rid
+  out[#out + 1] = pb
 end
 
 if sold ~= sold0 then
   redis.call('HSET', KEYS[1], 'sold', sold)
+end
+if pending > 0 then
+  redis.call('HINCRBY', KEYS[1], 'pending', pending)
 end
 return out
