@@ -7,7 +7,6 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/valyala/fasthttp"
@@ -203,27 +202,4 @@ func parseBuyFor(body []byte, sub string) (buyRequest, reply) {
 		req.quantity = int(q)
 	}
 	return req, reply{}
-}
-
-// buyerAuths holds each Server's verifier, built on first use.
-//
-// It stands in for a field of Server set by New (server.go), where a bad key
-// would fail New rather than the first request; config.Load has read and
-// parsed the key at start already, so in the binary that cannot happen.
-var buyerAuths sync.Map // *Server → *buyerAuth
-
-// buyerAuth returns s's verifier, or nil with authentication off.
-func (s *Server) buyerAuth() (*buyerAuth, error) {
-	if !s.cfg.Buyer.On() {
-		return nil, nil
-	}
-	if a, ok := buyerAuths.Load(s); ok {
-		return a.(*buyerAuth), nil
-	}
-	a, err := newBuyerAuth(s.cfg.Buyer)
-	if err != nil {
-		return nil, err
-	}
-	got, _ := buyerAuths.LoadOrStore(s, a)
-	return got.(*buyerAuth), nil
 }

@@ -52,6 +52,7 @@ type Server struct {
 	metrics  *gatewayMetrics
 	extra    func(w io.Writer)
 	ids      *orderIDs
+	auth     *buyerAuth // nil: buyer authentication is off
 	sweeper  *sweeper
 	token    []byte
 	maxBody  int
@@ -74,6 +75,12 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	var auth *buyerAuth
+	if cfg.Buyer.On() {
+		if auth, err = newBuyerAuth(cfg.Buyer); err != nil {
+			return nil, fmt.Errorf("gateway: buyer authentication: %w", err)
+		}
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     deps.Log,
@@ -85,6 +92,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		reload:  deps.Reload,
 		extra:   deps.Metrics,
 		ids:     ids,
+		auth:    auth,
 		token:   []byte(cfg.Admin.Token),
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
