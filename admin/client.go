@@ -1,8 +1,9 @@
-// Package admin is a client of flashgate's admin API: the sale and script
-// calls an operator makes on a gateway's admin listener, with its bearer
-// token, and the readiness probe of its public listener. `flashgate admin`
-// and the load generator in bench/ both talk to a gateway through it; the
-// API itself is served by gateway/.
+// Package admin is a client of flashgate's admin API: the sale, order and
+// script calls an operator makes on a gateway's admin listener, with its
+// bearer token, and the two reads of its public listener an operator needs
+// (the readiness probe and an order's view). `flashgate admin` and the
+// load generator in bench/ both talk to a gateway through it; the API
+// itself is served by gateway/.
 package admin
 
 import (
@@ -133,11 +134,19 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) (in
 		return 0, nil, err
 	}
 	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
-			return 0, nil, fmt.Errorf("%s %s: reading the answer: %w", method, c.base+path, err)
+		if err := decode(method, c.base+path, body, out); err != nil {
+			return 0, nil, err
 		}
 	}
 	return code, body, nil
+}
+
+// decode reads a 2xx answer's body into out.
+func decode(method, target string, body []byte, out any) error {
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, target, err)
+	}
+	return nil
 }
 
 // do sends one request and returns the body and code of a 2xx answer, or an

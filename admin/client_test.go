@@ -58,6 +58,9 @@ func TestClientRequests(t *testing.T) {
 	sale := func(f func(*admin.Client, context.Context) (*admin.Sale, error)) func(*admin.Client, context.Context) error {
 		return func(c *admin.Client, ctx context.Context) error { _, err := f(c, ctx); return err }
 	}
+	order := func(f func(*admin.Client, context.Context) (*admin.Order, error)) func(*admin.Client, context.Context) error {
+		return func(c *admin.Client, ctx context.Context) error { _, err := f(c, ctx); return err }
+	}
 	for _, tc := range []struct {
 		name    string
 		call    func(*admin.Client, context.Context) error
@@ -174,6 +177,57 @@ func TestClientRequests(t *testing.T) {
 			want: []admintest.Request{req("POST", "/admin/v1/sales/a%2Fb%3Fc/lock", "", bearer)},
 		},
 		{
+			name: "create with a payment window",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Create(ctx, "s1", admin.SaleUpdate{Stock: int64p(3), PaymentWindow: int64p(60)})
+			}),
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":3,"payment_window":60}`, bearer),
+			},
+		},
+		{
+			name: "update to no payment window sends 0",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Update(ctx, "s1", admin.SaleUpdate{PaymentWindow: int64p(0)})
+			}),
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"payment_window":0}`, bearer),
+			},
+		},
+		{
+			name: "pay",
+			call: order(func(c *admin.Client, ctx context.Context) (*admin.Order, error) { return c.Pay(ctx, "s1", "o1") }),
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
+		},
+		{
+			name: "cancel",
+			call: order(func(c *admin.Client, ctx context.Context) (*admin.Order, error) { return c.Cancel(ctx, "s1", "o1") }),
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/cancel", "", bearer)},
+		},
+		{
+			name: "an order id is one path segment",
+			call: order(func(c *admin.Client, ctx context.Context) (*admin.Order, error) { return c.Pay(ctx, "s:1", "a/b?c") }),
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s:1/orders/a%2Fb%3Fc/pay", "", bearer)},
+		},
+		{
+			name:     "pay of an expired order is the API's refusal",
+			call:     order(func(c *admin.Client, ctx context.Context) (*admin.Order, error) { return c.Pay(ctx, "s1", "o1") }),
+			answers:  map[string]admintest.Answer{"POST /admin/v1/sales/s1/orders/o1/pay": reply(409, `{"status":"order_expired"}`)},
+			want:     []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
+			wantCode: 409,
+		},
+		{
+			name: "show goes to the public listener, without the admin token",
+			call: func(c *admin.Client, ctx context.Context) error {
+				_, err := admin.ShowOrder(ctx, c.BaseURL(), "s1", "o/1")
+				return err
+			},
+			want: []admintest.Request{req("GET", "/v1/sales/s1/orders/o%2F1", "", "")},
+		},
+		{
 			name: "scripts list",
 			call: func(c *admin.Client, ctx context.Context) error { _, err := c.Scripts(ctx); return err },
 			want: []admintest.Request{req("GET", "/admin/v1/scripts", "", bearer)},
@@ -205,7 +259,8 @@ func TestClientRequests(t *testing.T) {
 // fields, whether the sale was created, and the answer as it came.
 func TestClientAnswers(t *testing.T) {
 	const view = `{"status":"ok","sale_id":"s1","state":"live","stock":100,"sold":7,"remaining":93,"buyers":5,` +
-		`"per_user_limit":2,"locked":true,"starts_at":"2030-01-01T09:00:00Z","ends_at":null,"outbox_pending":3}`
+		`"per_user_limit":2,"locked":true,"starts_at":"2030-01-01T09:00:00Z","ends_at":null,"outbox_pending":3,` +
+		`"payment_window":900,"pending_payment":4}`
 	const list = `{"status":"ok","scripts":[{"name":"reserve","sha":"abc"},{"name":"admin","sha":"def"}]}`
 	f := admintest.NewServer(t, map[string]admintest.Answer{
 		"GET /admin/v1/sales/s1":    reply(200, view),
@@ -222,7 +277,7 @@ func TestClientAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := admin.Sale{ID: "s1", State: "live", Stock: 100, Sold: 7, Remaining: 93, Buyers: 5, Limit: 2, Locked: true,
-		StartsAt: timep("2030-01-01T09:00:00Z"), OutboxPending: 3, Raw: []byte(view)}
+		StartsAt: timep("2030-01-01T09:00:00Z"), OutboxPending: 3, PaymentWindow: 900, PendingPayment: 4, Raw: []byte(view)}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("sale %+v, want %+v", *s, want)
 	}
@@ -242,6 +297,66 @@ func TestClientAnswers(t *testing.T) {
 	var ae *admin.APIError
 	if _, err := c.Sale(ctx, "plain"); err == nil || errors.As(err, &ae) {
 		t.Errorf("a 200 that is not JSON: %v, want an error that is not an *APIError", err)
+	}
+}
+
+// TestOrderAnswers checks what the client makes of the order view: a
+// deadline to the millisecond while a payment is due, none after.
+func TestOrderAnswers(t *testing.T) {
+	const pending = `{"status":"queued","order_id":"o1","sale_id":"s1","user_id":"u:1","quantity":2,` +
+		`"state":"pending_payment","pay_by":"2030-01-01T09:00:00.123Z"}`
+	const paid = `{"status":"created","order_id":"o1","sale_id":"s1","user_id":"u:1","quantity":2,"state":"paid","pay_by":null}`
+	f := admintest.NewServer(t, map[string]admintest.Answer{
+		"GET /v1/sales/s1/orders/o1":               reply(200, pending),
+		"POST /admin/v1/sales/s1/orders/o1/pay":    reply(200, paid),
+		"POST /admin/v1/sales/s1/orders/o2/cancel": reply(200, `{"status":"queued","state":"cancelled"`),
+		"POST /admin/v1/sales/s1/orders/o3/cancel": reply(409, `{"status":"order_paid"}`),
+		"POST /admin/v1/sales/s1/orders/gone/pay":  reply(404, `{"status":"not_found"}`),
+		"POST /admin/v1/sales/s1/orders/late/pay":  reply(409, `{"status":"order_expired"}`),
+	})
+	c := newClient(t, f.URL, testToken)
+	ctx := testCtx(t)
+
+	o, err := admin.ShowOrder(ctx, f.URL, "s1", "o1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payBy := time.Date(2030, 1, 1, 9, 0, 0, 123_000_000, time.UTC)
+	want := admin.Order{Status: "queued", ID: "o1", SaleID: "s1", UserID: "u:1", Quantity: 2, State: "pending_payment", PayBy: &payBy, Raw: []byte(pending)}
+	if o.PayBy == nil || !o.PayBy.Equal(payBy) {
+		t.Errorf("pay_by %v, want %v", o.PayBy, payBy)
+	}
+	o.PayBy, want.PayBy = nil, nil
+	if !reflect.DeepEqual(*o, want) {
+		t.Errorf("order %+v, want %+v", *o, want)
+	}
+
+	o, err = c.Pay(ctx, "s1", "o1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.State != "paid" || o.Status != "created" || o.PayBy != nil || string(o.Raw) != paid {
+		t.Errorf("paid order %+v", *o)
+	}
+	if _, err := c.Cancel(ctx, "s1", "o2"); err == nil {
+		t.Errorf("a 200 that is not JSON: no error")
+	}
+	for _, tc := range []struct {
+		call         func() (*admin.Order, error)
+		code         int
+		status, what string
+	}{
+		{func() (*admin.Order, error) { return c.Cancel(ctx, "s1", "o3") }, 409, "order_paid", "cancel of a paid order"},
+		{func() (*admin.Order, error) { return c.Pay(ctx, "s1", "gone") }, 404, "not_found", "pay of a missing order"},
+		{func() (*admin.Order, error) { return c.Pay(ctx, "s1", "late") }, 409, "order_expired", "pay past pay_by"},
+	} {
+		o, err := tc.call()
+		if ae, ok := errors.AsType[*admin.APIError](err); !ok || ae.Code != tc.code || ae.Status != tc.status || o != nil {
+			t.Errorf("%s: %+v, %v; want an *APIError %d %s", tc.what, o, err, tc.code, tc.status)
+		}
+	}
+	if _, err := admin.ShowOrder(ctx, "ftp://x", "s1", "o1"); !errors.Is(err, admin.ErrBaseURL) {
+		t.Errorf("ShowOrder on a bad URL: %v, want ErrBaseURL", err)
 	}
 }
 

@@ -31,6 +31,11 @@ type Sale struct {
 	StartsAt      *time.Time `json:"starts_at"` // nil: open
 	EndsAt        *time.Time `json:"ends_at"`   // nil: open
 	OutboxPending int64      `json:"outbox_pending"`
+	// PaymentWindow is the seconds a buyer has to pay an order accepted
+	// now; 0: orders are confirmed at once.
+	PaymentWindow int64 `json:"payment_window"`
+	// PendingPayment is the orders awaiting payment.
+	PendingPayment int64 `json:"pending_payment"`
 
 	// Created reports that the call created the sale (the API said 201).
 	Created bool `json:"-"`
@@ -46,6 +51,9 @@ type SaleUpdate struct {
 	Limit    *int64
 	StartsAt *time.Time
 	EndsAt   *time.Time
+	// PaymentWindow is payment_window, in seconds (0 to 86400; 0: none);
+	// a change applies to orders accepted after it.
+	PaymentWindow *int64
 }
 
 // body is the JSON object of the PUT: only the fields given; a cleared
@@ -57,6 +65,9 @@ func (u SaleUpdate) body() map[string]any {
 	}
 	if u.Limit != nil {
 		m["per_user_limit"] = *u.Limit
+	}
+	if u.PaymentWindow != nil {
+		m["payment_window"] = *u.PaymentWindow
 	}
 	for field, t := range map[string]*time.Time{"starts_at": u.StartsAt, "ends_at": u.EndsAt} {
 		switch {

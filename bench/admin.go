@@ -25,7 +25,9 @@ func newAdmin(o Options) *admin {
 		Timeout: 10 * time.Second,
 		// Never follow a redirect to somewhere else.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Transport:     &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second, DisableCompression: true},
+		// One connection per pay call in flight (pay.go); a handful of
+		// other calls per run.
+		Transport: &http.Transport{MaxIdleConnsPerHost: payConns, IdleConnTimeout: 30 * time.Second, DisableCompression: true},
 	}
 	c, err := adminapi.New(o.AdminURL, o.Token, adminapi.WithHTTPClient(hc))
 	return &admin{public: o.URL, hc: hc, c: c, err: err}
@@ -44,13 +46,18 @@ func (a *admin) ready(ctx context.Context) error {
 	return nil
 }
 
-// createSale creates the sale; it refuses one that exists already, so that
-// the checks see this run's orders only and no live sale is modified.
-func (a *admin) createSale(ctx context.Context, sale string, stock, limit int64) error {
+// createSale creates the sale, with a payment window of window seconds
+// (0: none); it refuses one that exists already, so that the checks see
+// this run's orders only and no live sale is modified.
+func (a *admin) createSale(ctx context.Context, sale string, stock, limit, window int64) error {
 	if a.err != nil {
 		return a.err
 	}
-	s, err := a.c.Create(ctx, sale, adminapi.SaleUpdate{Stock: &stock, Limit: &limit})
+	u := adminapi.SaleUpdate{Stock: &stock, Limit: &limit}
+	if window > 0 {
+		u.PaymentWindow = &window
+	}
+	s, err := a.c.Create(ctx, sale, u)
 	switch _, answered := errors.AsType[*adminapi.APIError](err); {
 	case errors.Is(err, adminapi.ErrSaleExists):
 		return fmt.Errorf("bench: %w: sale %s exists already; bench creates its own (leave --sale out for a random id)", ErrOptions, sale)
@@ -60,6 +67,8 @@ func (a *admin) createSale(ctx context.Context, sale string, stock, limit int64)
 		return fmt.Errorf("bench: admin API at %s: %w", a.c.BaseURL(), err)
 	case !s.Created:
 		return fmt.Errorf("bench: create sale %s: it appeared meanwhile (the API answered 200, not 201)", sale)
+	case s.PaymentWindow != window:
+		return fmt.Errorf("bench: create sale %s: payment_window %d in the answer, want %d (a gateway without payment windows?)", sale, s.PaymentWindow, window)
 	}
 	return nil
 }

@@ -55,6 +55,14 @@ type Options struct {
 	NoKeys   bool    // send no Idempotency-Key (by default half of the first clicks carry one)
 	Conns    int     // connections to the gateway, each with one request in flight; default 64
 
+	// PaymentWindow is the sale's payment_window in seconds (0: none, the
+	// orders are confirmed at once). With one, the run pays PayRatio of
+	// the accepted orders through the admin API after the load, leaves the
+	// others to expire, waits until the window plus 2 s has passed since
+	// the last 202, and checks the expiry too (see pay.go).
+	PaymentWindow int64
+	PayRatio      float64 // in [0, 1]; needs a PaymentWindow
+
 	// Rate, when > 0, sends requests on a fixed schedule (open loop) of
 	// Rate per second instead of as fast as answers come back. Latency is
 	// then counted from each request's scheduled time, and a request sent
@@ -127,6 +135,12 @@ func (o Options) normalize() (Options, error) {
 		return bad("rate %v: want 0 (closed loop) to 10000000", o.Rate)
 	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0:
 		return bad("durations must not be negative")
+	case o.PaymentWindow < 0 || o.PaymentWindow > 86400:
+		return bad("payment-window %d: want 0 to 86400 seconds", o.PaymentWindow)
+	case !(o.PayRatio >= 0 && o.PayRatio <= 1):
+		return bad("pay-ratio %v: want 0 ≤ r ≤ 1", o.PayRatio)
+	case o.PayRatio > 0 && o.PaymentWindow == 0:
+		return bad("pay-ratio needs a sale with a payment window (payment-window)")
 	case o.JWTSecret != "" && len(o.JWTSecret) < 32:
 		// The gateway refuses such a secret at start: one this short is
 		// not the gateway's.
@@ -208,7 +222,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := adm.ready(ctx); err != nil {
 			return nil, err
 		}
-		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit); err != nil {
+		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit, o.PaymentWindow); err != nil {
 			return nil, err
 		}
 	}
@@ -219,6 +233,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("users × limit = %d < stock %d: the sale cannot sell out", int64(o.Users)*o.Limit, o.Stock))
 	}
 	l := newLoad(o, adm)
+	pay := newPayment(ctx, o, adm) // nil without a payment window
 	l.run(ctx, rep)
 	if o.Raw {
 		return rep, nil
@@ -229,13 +244,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	f := Figures{Limit: o.Limit, MySQL: !o.NoMySQL, Unanswered: rep.unanswered}
 	l.ledger.figures(&f)
 	rep.Replays = l.ledger.replays
+	pay.run(ctx, post, l, rep, &f)
 	vctx, cancel := context.WithTimeout(post, 10*time.Second)
 	v, err := adm.view(vctx, o.Sale)
 	cancel()
 	if err != nil {
 		f.RedisErr = err.Error()
 	} else {
-		f.RedisStock, f.RedisSold, f.RedisRemaining = v.Stock, v.Sold, v.Remaining
+		f.RedisStock, f.RedisSold, f.RedisRemaining, f.RedisPending = v.Stock, v.Sold, v.Remaining, v.PendingPayment
 		rep.OutboxPending = v.OutboxPending
 	}
 
@@ -260,6 +276,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("not every order was in MySQL after --drain-timeout %v", wait))
 			}
 			err = db.figures(dctx, o.Sale, o.Limit, l.ledger.ids(), &f)
+			if err == nil {
+				err = pay.mysql(dctx, db, l.ledger.ids(), wait, &f)
+			}
 		}
 		cancel()
 		if err != nil {

@@ -55,6 +55,25 @@ type Figures struct {
 	MySQLUsersOverLimit int64  `json:"mysql_users_over_limit"` // users whose rows add up to more than Limit
 	MissingInMySQL      int64  `json:"missing_in_mysql"`       // order ids of 202s with no row
 	ExtraInMySQL        int64  `json:"extra_in_mysql"`         // rows of the sale whose order id no 202 carried
+
+	// Payment is true on a sale with a payment window: the run paid a
+	// fraction of the accepted orders through the admin API, left the
+	// others to expire, and waited until the window plus 2 s had passed
+	// since the last 202 (Waited: false when interrupted before).
+	Payment bool `json:"payment"`
+	Waited  bool `json:"payment_waited"`
+	// From the pay calls.
+	PaysSent      int64 `json:"pays_sent"`
+	PaysPaid      int64 `json:"pays_paid"`       // answered 200 with the order paid
+	PaysExpired   int64 `json:"pays_expired"`    // answered 409 order_expired: at or after pay_by
+	PayErrors     int64 `json:"pay_errors"`      // any other answer, or none
+	PaidUnits     int64 `json:"paid_units"`      // units of the orders answered paid
+	PaidOverLimit int64 `json:"paid_over_limit"` // users whose paid units add up to more than Limit
+	// From the admin view after the wait.
+	RedisPending int64 `json:"redis_pending"` // pending_payment
+	// From MySQL after the wait.
+	MySQLLiveUnits  int64 `json:"mysql_live_units"`  // SUM(quantity) of rows confirmed, pending_payment or paid
+	MySQLStateWrong int64 `json:"mysql_state_wrong"` // accepted orders whose MySQL state is not the one they ended in
 }
 
 // Verify returns one Check per invariant, in a fixed order. It is a pure
@@ -80,13 +99,22 @@ func Verify(f Figures) []Check {
 
 	const ledger, soldName = "Redis: sold + remaining = stock, remaining ≥ 0", "accepted units = Redis sold"
 	if f.RedisErr != "" {
-		out = append(out, Check{ledger, Fail, "admin view: " + f.RedisErr}, Check{soldName, Fail, "admin view: " + f.RedisErr})
+		out = append(out, Check{ledger, Fail, "admin view: " + f.RedisErr})
+		if !f.Payment {
+			out = append(out, Check{soldName, Fail, "admin view: " + f.RedisErr})
+		}
 	} else {
 		add(ledger, f.RedisSold+f.RedisRemaining == f.RedisStock && f.RedisRemaining >= 0,
 			"sold %d + remaining %d, stock %d", f.RedisSold, f.RedisRemaining, f.RedisStock)
-		add(soldName, upTo(f.AcceptedUnits, f.RedisSold), "202s %d, Redis %d%s", f.AcceptedUnits, f.RedisSold, slack)
+		if !f.Payment {
+			add(soldName, upTo(f.AcceptedUnits, f.RedisSold), "202s %d, Redis %d%s", f.AcceptedUnits, f.RedisSold, slack)
+		}
 	}
-	add("no user over the limit (202s)", f.UsersOverLimit == 0, "%d users over %d", f.UsersOverLimit, f.Limit)
+	if f.Payment {
+		out = append(out, verifyPayment(f)...)
+	} else {
+		add("no user over the limit (202s)", f.UsersOverLimit == 0, "%d users over %d", f.UsersOverLimit, f.Limit)
+	}
 	add("no duplicate order id (202s)", f.DupOrderIDs == 0, "%d order ids answered twice", f.DupOrderIDs)
 	add("Idempotency-Key replays reserved nothing", f.IdemReserved == 0, "%d keys got a second order", f.IdemReserved)
 
@@ -98,6 +126,10 @@ func Verify(f Figures) []Check {
 		"every 202's order id is in MySQL",
 		"no MySQL row without a 202",
 	}
+	if f.Payment {
+		mysqlChecks[0] = "Redis sold = MySQL live units"
+		mysqlChecks = append(mysqlChecks, "MySQL state of every order as it ended (paid or expired)")
+	}
 	switch {
 	case !f.MySQL:
 		for _, n := range mysqlChecks {
@@ -108,9 +140,12 @@ func Verify(f Figures) []Check {
 			out = append(out, Check{n, Fail, "mysql: " + f.MySQLErr})
 		}
 	default:
-		if f.RedisErr != "" {
+		switch {
+		case f.RedisErr != "":
 			out = append(out, Check{mysqlChecks[0], Fail, "admin view: " + f.RedisErr})
-		} else {
+		case f.Payment:
+			add(mysqlChecks[0], f.MySQLLiveUnits == f.RedisSold, "Redis %d, MySQL %d (confirmed, pending_payment or paid)", f.RedisSold, f.MySQLLiveUnits)
+		default:
 			add(mysqlChecks[0], f.MySQLUnits == f.RedisSold, "Redis %d, MySQL %d", f.RedisSold, f.MySQLUnits)
 		}
 		add(mysqlChecks[1], upTo(f.AcceptedOrders, f.MySQLRows), "202s %d, MySQL %d%s", f.AcceptedOrders, f.MySQLRows, slack)
@@ -118,7 +153,52 @@ func Verify(f Figures) []Check {
 		add(mysqlChecks[3], f.MySQLDistinct == f.MySQLRows, "%d rows, %d distinct order ids", f.MySQLRows, f.MySQLDistinct)
 		add(mysqlChecks[4], f.MissingInMySQL == 0, "%d missing", f.MissingInMySQL)
 		add(mysqlChecks[5], f.ExtraInMySQL <= f.Unanswered, "%d rows no 202 announced%s", f.ExtraInMySQL, slack)
+		if f.Payment {
+			add(mysqlChecks[6], f.MySQLStateWrong == 0, "%d of %d orders differ", f.MySQLStateWrong, f.AcceptedOrders)
+		}
 	}
+	return out
+}
+
+// verifyPayment returns the checks of a sale with a payment window
+// (Invariant 8), in a fixed order: every pay got an answer that decides the
+// order; after the window plus 2 s no order awaits payment; Redis sold
+// exactly the paid units, so every unpaid order's units are back in
+// remaining; and no buyer paid for more than the limit. A request that got
+// no answer may have left an order nobody knew of: it is not paid, so it
+// expires and changes none of these.
+func verifyPayment(f Figures) []Check {
+	var out []Check
+	add := func(name string, ok bool, detail string, args ...any) {
+		r := Fail
+		if ok {
+			r = Pass
+		}
+		out = append(out, Check{Name: name, Result: r, Detail: fmt.Sprintf(detail, args...)})
+	}
+	add("every pay answered paid or order_expired", f.PayErrors == 0 && f.PaysPaid+f.PaysExpired == f.PaysSent,
+		"%d pays: %d paid, %d order_expired, %d other or no answer", f.PaysSent, f.PaysPaid, f.PaysExpired, f.PayErrors)
+	const (
+		settled = "every order paid or expired 2 s after its window"
+		sold    = "Redis sold = paid units"
+		back    = "units of expired orders back in remaining"
+	)
+	switch {
+	case !f.Waited:
+		for _, n := range []string{settled, sold, back} {
+			out = append(out, Check{n, Skip, "interrupted before the window had passed"})
+		}
+	case f.RedisErr != "":
+		for _, n := range []string{settled, sold, back} {
+			out = append(out, Check{n, Fail, "admin view: " + f.RedisErr})
+		}
+	default:
+		add(settled, f.RedisPending == 0, "%d orders still pending_payment", f.RedisPending)
+		add(sold, f.RedisSold == f.PaidUnits, "paid %d units, Redis sold %d", f.PaidUnits, f.RedisSold)
+		add(back, f.RedisRemaining == f.RedisStock-f.PaidUnits,
+			"remaining %d, stock %d − paid %d = %d", f.RedisRemaining, f.RedisStock, f.PaidUnits, f.RedisStock-f.PaidUnits)
+	}
+	add("no user over the limit (paid orders)", f.PaidOverLimit == 0, "%d users over %d", f.PaidOverLimit, f.Limit)
 	return out
 }
 
@@ -210,4 +290,23 @@ func (l *ledger) ids() map[string]struct{} {
 		m[id] = struct{}{}
 	}
 	return m
+}
+
+// paid returns the units of the orders of ids and the number of users whose
+// units in them add up to more than limit.
+func (l *ledger) paid(ids map[string]struct{}, limit int64) (units, overLimit int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	perUser := map[string]int64{}
+	for id := range ids {
+		a := l.orders[id]
+		units += a.qty
+		perUser[a.user] += a.qty
+	}
+	for _, n := range perUser {
+		if n > limit {
+			overLimit++
+		}
+	}
+	return units, overLimit
 }

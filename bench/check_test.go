@@ -2,9 +2,11 @@ package bench
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // consistent are the figures of a sale that went right: 100 units sold,
@@ -238,6 +240,14 @@ func TestOptionsRefuseRemoteTargets(t *testing.T) {
 		{"dup ratio 1", func(o *Options) { o.DupRatio = 1 }, false},
 		{"negative stock", func(o *Options) { o.Stock = -1 }, false},
 		{"no database", func(o *Options) { o.MySQLDSN = "u:p@tcp(127.0.0.1:3306)/" }, false},
+		{"a payment window, half paid", func(o *Options) { o.PaymentWindow, o.PayRatio = 5, 0.5 }, true},
+		{"a payment window, none paid", func(o *Options) { o.PaymentWindow = 86400 }, true},
+		{"all paid", func(o *Options) { o.PaymentWindow, o.PayRatio = 5, 1 }, true},
+		{"pay ratio without a window", func(o *Options) { o.PayRatio = 0.5 }, false},
+		{"pay ratio over 1", func(o *Options) { o.PaymentWindow, o.PayRatio = 5, 1.5 }, false},
+		{"pay ratio NaN", func(o *Options) { o.PaymentWindow, o.PayRatio = 5, math.NaN() }, false},
+		{"window over a day", func(o *Options) { o.PaymentWindow = 86401 }, false},
+		{"negative window", func(o *Options) { o.PaymentWindow = -1 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,5 +264,104 @@ func TestOptionsRefuseRemoteTargets(t *testing.T) {
 				t.Errorf("defaults not filled: %+v", n)
 			}
 		})
+	}
+}
+
+// paying are the figures of a sale with a payment window that went right:
+// 100 orders, 50 pays of which 48 came in time, the other 52 orders
+// expired and their units back.
+func paying() Figures {
+	f := consistent()
+	f.Payment, f.Waited = true, true
+	f.PaysSent, f.PaysPaid, f.PaysExpired, f.PaidUnits = 50, 48, 2, 48
+	f.RedisSold, f.RedisRemaining = 48, 52
+	f.MySQLLiveUnits = 48
+	return f
+}
+
+// TestVerifyPayment breaks one figure of a paying sale at a time: each
+// named row must fail, and only the rows the broken figure is compared in.
+func TestVerifyPayment(t *testing.T) {
+	cs := Verify(paying())
+	if len(cs) != 15 {
+		t.Fatalf("%d checks, want 15", len(cs))
+	}
+	for _, c := range cs {
+		if c.Result != Pass {
+			t.Errorf("%s: %s (%s)", c.Name, c.Result, c.Detail)
+		}
+	}
+	tests := []struct {
+		name   string
+		break_ func(f *Figures)
+		want   []string
+	}{
+		{"a pay without an answer", func(f *Figures) { f.PaysSent, f.PayErrors = 51, 1 },
+			[]string{"every pay answered paid or order_expired"}},
+		{"an order still pending after the window", func(f *Figures) { f.RedisPending = 3 },
+			[]string{"every order paid or expired 2 s after its window"}},
+		{"Redis holds units nobody paid", func(f *Figures) { f.RedisSold, f.RedisRemaining = 50, 50 },
+			[]string{"Redis sold = paid units", "units of expired orders back in remaining", "Redis sold = MySQL live units"}},
+		{"units of an expired order not back", func(f *Figures) { f.RedisRemaining = 50 },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0", "units of expired orders back in remaining"}},
+		{"units of an expired order back twice", func(f *Figures) { f.RedisRemaining = 54 },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0", "units of expired orders back in remaining"}},
+		{"a buyer paid over the limit", func(f *Figures) { f.PaidOverLimit = 1 },
+			[]string{"no user over the limit (paid orders)"}},
+		{"MySQL missed a state change", func(f *Figures) { f.MySQLStateWrong = 2 },
+			[]string{"MySQL state of every order as it ended (paid or expired)"}},
+		{"MySQL live units differ", func(f *Figures) { f.MySQLLiveUnits = 50 },
+			[]string{"Redis sold = MySQL live units"}},
+		{"admin view unreadable", func(f *Figures) { f.RedisErr = "connection refused" },
+			[]string{"Redis: sold + remaining = stock, remaining ≥ 0", "every order paid or expired 2 s after its window",
+				"Redis sold = paid units", "units of expired orders back in remaining", "Redis sold = MySQL live units"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := paying()
+			tt.break_(&f)
+			want := slices.Clone(tt.want)
+			slices.Sort(want)
+			if got := failedNames(Verify(f)); !slices.Equal(got, want) {
+				t.Errorf("failed %q\nwant   %q", got, want)
+			}
+		})
+	}
+
+	// Interrupted before the window passed: the expiry is not judged.
+	f := paying()
+	f.Waited, f.RedisPending = false, 30
+	var skipped int
+	for _, c := range Verify(f) {
+		switch c.Result {
+		case Skip:
+			skipped++
+		case Fail:
+			t.Errorf("interrupted: %s failed", c.Name)
+		}
+	}
+	if skipped != 3 {
+		t.Errorf("interrupted: %d checks skipped, want 3", skipped)
+	}
+}
+
+func TestLagHistogram(t *testing.T) {
+	before := &lagHistogram{buckets: map[float64]float64{0.25: 5, 0.5: 10, 1: 10, math.Inf(1): 10}, sum: 2, count: 10}
+	after := &lagHistogram{buckets: map[float64]float64{0.25: 55, 0.5: 108, 1: 110, math.Inf(1): 110}, sum: 32, count: 110, present: true}
+	got := after.since(before)
+	want := SweepLag{Expired: 100, Mean: 300 * time.Millisecond, P50: 250 * time.Millisecond, P99: time.Second, Max: time.Second}
+	if *got != want {
+		t.Errorf("lag %+v, want %+v", *got, want)
+	}
+	after.buckets[math.Inf(1)] = 111
+	after.count = 111
+	if got := after.since(before); got.Max != -1 {
+		t.Errorf("an order over the last bucket: max %v, want -1", got.Max)
+	}
+	if got := after.since(after); got.Expired != 0 {
+		t.Errorf("nothing expired: %+v", got)
+	}
+	if got := before.since(&lagHistogram{}); got != nil {
+		t.Errorf("no histogram on the gateway: %+v, want nil", got)
 	}
 }

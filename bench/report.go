@@ -56,6 +56,13 @@ type Report struct {
 	MySQLAfter      time.Duration `json:"mysql_after_ns"`       // every order in MySQL; 0: not seen
 	OutboxPending   int64         `json:"outbox_pending"`       // at the end of the load
 
+	// With a payment window (seconds; 0: none): the fraction of the
+	// accepted orders paid, and how late the gateway's sweeper expired the
+	// others (nil when its metrics could not be read).
+	PaymentWindow int64     `json:"payment_window"`
+	PayRatio      float64   `json:"pay_ratio"`
+	SweepLag      *SweepLag `json:"sweep_lag,omitempty"`
+
 	Figures Figures  `json:"figures"`
 	Checks  []Check  `json:"checks"`
 	Notes   []string `json:"notes,omitempty"`
@@ -124,10 +131,33 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("MySQL: not checked (--no-mysql)\n")
 	case f.MySQLErr != "":
 		fmt.Fprintf(&b, "MySQL: %s\n", f.MySQLErr)
+	case r.MySQLAfter > 0 && f.Payment:
+		fmt.Fprintf(&b, "MySQL: %d rows, %d units (%d live); every order in MySQL, read after the payment window, %s after the start\n",
+			f.MySQLRows, f.MySQLUnits, f.MySQLLiveUnits, round(r.MySQLAfter))
 	case r.MySQLAfter > 0:
 		fmt.Fprintf(&b, "MySQL: %d rows, %d units; every order in MySQL after %s\n", f.MySQLRows, f.MySQLUnits, round(r.MySQLAfter))
 	default:
 		fmt.Fprintf(&b, "MySQL: %d rows, %d units\n", f.MySQLRows, f.MySQLUnits)
+	}
+	if f.Payment {
+		fmt.Fprintf(&b, "payment: window %ds; %d of %d orders paid (%d units), %d pays too late (order_expired), %d pays failed; the rest left to expire\n",
+			r.PaymentWindow, f.PaysPaid, f.AcceptedOrders, f.PaidUnits, f.PaysExpired, f.PayErrors)
+		if f.RedisErr == "" && f.Waited {
+			fmt.Fprintf(&b, "after the window + %v: %d orders pending_payment, sold %d, remaining %d\n", expiryGrace, f.RedisPending, f.RedisSold, f.RedisRemaining)
+		}
+		if r.SweepLag == nil && f.Waited {
+			fmt.Fprintf(&b, "sweep lag: not measured (no %s on the gateway's /metrics)\n", lagMetric)
+		}
+		if l := r.SweepLag; l != nil {
+			le := func(d time.Duration) string {
+				if d < 0 {
+					return "over the last bucket"
+				}
+				return "≤ " + round(d)
+			}
+			fmt.Fprintf(&b, "sweep lag (pay_by to expiry, the gateway at the admin URL): %d orders expired, mean %s, p50 %s, p99 %s, max %s\n",
+				l.Expired, round(l.Mean), le(l.P50), le(l.P99), le(l.Max))
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

@@ -99,6 +99,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	}
 	s.sweeper = newSweeper(s.store, deps.Redis, deps.Log, cfg.Redis.Timeout)
 	s.metrics = newGatewayMetrics(s)
+	s.metrics.set.RegisterMetricsWriter(s.writePaymentMetrics)
 	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Batch.Calls, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
 	s.batch.sizes = s.metrics.batchSize
 	if s.reload == nil {

@@ -22,12 +22,16 @@ import (
 const adminUsage = `usage: flashgate admin [--addr URL] [--token TOKEN] [--config FILE] COMMAND
 
 commands:
-  sale create ID --stock N [--limit N] [--starts TIME] [--ends TIME]
+  sale create ID --stock N [--limit N] [--starts TIME] [--ends TIME] [--payment-window S]
   sale update ID [--stock N] [--limit N] [--starts TIME | --clear-starts] [--ends TIME | --clear-ends]
+                 [--payment-window S]
   sale show ID
   sale restock ID N
   sale lock ID
   sale unlock ID
+  order pay SALE ORDER
+  order cancel SALE ORDER
+  order show SALE ORDER [--public URL]
   scripts list
   scripts reload
   health [--url URL]
@@ -37,10 +41,17 @@ flags (before or after the command):
   --token TOKEN  bearer token (default: FLASHGATE_ADMIN_TOKEN)
   --config FILE  settings file to read admin.addr, admin.token, http.addr from (FLASHGATE_CONFIG)
   --url URL      health only: what to probe (default: http:// + FLASHGATE_HTTP_ADDR + /readyz)
+  --public URL   order show only: the public listener (default: http:// + FLASHGATE_HTTP_ADDR)
 
-TIME is RFC 3339 (2025-11-28T09:00:00Z). create refuses an existing sale and
-update a missing one. The answer is printed as indented JSON. Exit status: 0
-on a 2xx answer, 1 on any other answer or no answer, 2 on bad usage.`
+TIME is RFC 3339 (2025-11-28T09:00:00Z). S is the payment window in seconds
+(0 to 86400, or a duration such as 15m; 0: orders are confirmed at once,
+without payment); a change applies to orders accepted after it. create
+refuses an existing sale and update a missing one. order pay and cancel are
+idempotent (again on a paid or cancelled order: the same answer); a pay at
+or after the order's pay_by is refused (409 order_expired). order show reads
+the order view buyers poll, from the public listener. The answer is printed
+as indented JSON. Exit status: 0 on a 2xx answer, 1 on any other answer or
+no answer, 2 on bad usage.`
 
 // adminCmd is one run of `flashgate admin`: its flags and the settings they
 // fall back on.
@@ -91,6 +102,19 @@ func (a *adminCmd) run(ctx context.Context, args []string) error {
 			return a.saleRestock(ctx, args[2:])
 		}
 		return adminUsageError(fmt.Errorf("unknown command sale %q", args[1]))
+	case "order":
+		if len(args) < 2 {
+			return adminUsageError(errors.New("order needs a command: pay, cancel or show"))
+		}
+		switch args[1] {
+		case "pay":
+			return a.orderCall(ctx, "order pay", args[2:], (*admin.Client).Pay)
+		case "cancel":
+			return a.orderCall(ctx, "order cancel", args[2:], (*admin.Client).Cancel)
+		case "show":
+			return a.orderShow(ctx, args[2:])
+		}
+		return adminUsageError(fmt.Errorf("unknown command order %q", args[1]))
 	case "scripts":
 		if len(args) < 2 {
 			return adminUsageError(errors.New("scripts needs a command: list or reload"))
@@ -208,6 +232,7 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 	limit := fs.String("limit", "", "")
 	starts := fs.String("starts", "", "")
 	ends := fs.String("ends", "", "")
+	window := fs.String("payment-window", "", "")
 	var clearStarts, clearEnds *bool
 	if !create {
 		clearStarts = fs.Bool("clear-starts", false, "")
@@ -236,6 +261,13 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 		}
 		*f.dst = &n
 	}
+	if set["payment-window"] {
+		n, ok := paymentWindow(*window)
+		if !ok {
+			return adminUsageError(fmt.Errorf("%s: --payment-window %q: want seconds from 0 to %d, or a duration such as 15m", name, *window, maxPaymentWindow))
+		}
+		u.PaymentWindow = &n
+	}
 	if create && !set["stock"] {
 		return adminUsageError(errors.New("sale create: --stock is required"))
 	}
@@ -262,7 +294,7 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 		*f.dst = &t
 	}
 	if u == (admin.SaleUpdate{}) {
-		return adminUsageError(errors.New("sale update: nothing to change (--stock, --limit, --starts, --ends, --clear-starts, --clear-ends)"))
+		return adminUsageError(errors.New("sale update: nothing to change (--stock, --limit, --starts, --ends, --clear-starts, --clear-ends, --payment-window)"))
 	}
 
 	c, err := a.client()
@@ -323,6 +355,73 @@ func (a *adminCmd) saleRestock(ctx context.Context, args []string) error {
 		return apiFailure(err)
 	}
 	return a.print(s.Raw)
+}
+
+// maxPaymentWindow is the longest payment window the API takes (API.md),
+// in seconds: a day.
+const maxPaymentWindow = 86400
+
+// paymentWindow reads --payment-window: whole seconds, or a Go duration
+// of whole seconds ("15m"), within the API's bounds.
+func paymentWindow(v string) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		d, derr := time.ParseDuration(v)
+		if derr != nil || d%time.Second != 0 {
+			return 0, false
+		}
+		n = int64(d / time.Second)
+	}
+	return n, n >= 0 && n <= maxPaymentWindow
+}
+
+// orderCall is `order pay` and `order cancel`: one admin call on one order.
+func (a *adminCmd) orderCall(ctx context.Context, name string, args []string,
+	call func(*admin.Client, context.Context, string, string) (*admin.Order, error)) error {
+	pos, err := parseAdminArgs(a.flags(name), args, 2, "a sale id and an order id")
+	if err != nil {
+		return err
+	}
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	o, err := call(c, ctx, pos[0], pos[1])
+	if err != nil {
+		return apiFailure(err)
+	}
+	return a.print(o.Raw)
+}
+
+// orderShow is `order show`: the order view of the public listener, which
+// buyers poll (the admin API has no read of one order). No admin token
+// goes there.
+func (a *adminCmd) orderShow(ctx context.Context, args []string) error {
+	fs := a.flags("order show")
+	public := fs.String("public", "", "")
+	pos, err := parseAdminArgs(fs, args, 2, "a sale id and an order id")
+	if err != nil {
+		return err
+	}
+	base := *public
+	if base == "" {
+		cfg, err := a.settings()
+		if err != nil {
+			return err
+		}
+		base = admin.ListenerURL(cfg.HTTP.Addr)
+	}
+	o, err := admin.ShowOrder(ctx, base, pos[0], pos[1], admin.WithUserAgent(userAgent()))
+	if errors.Is(err, admin.ErrBaseURL) {
+		return adminUsageError(fmt.Errorf("--public %q: want http://host:port", base))
+	}
+	if ae, ok := errors.AsType[*admin.APIError](err); ok && ae.Code == http.StatusUnauthorized {
+		return fmt.Errorf("%w (buyer authentication is on: the order view wants the buyer's token)", err)
+	}
+	if err != nil {
+		return err
+	}
+	return a.print(o.Raw)
 }
 
 func (a *adminCmd) scripts(ctx context.Context, name string, args []string,

@@ -132,6 +132,55 @@ func TestAdminRequests(t *testing.T) {
 			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/unlock", "", bearer)},
 		},
 		{
+			name:    "create with a payment window",
+			args:    []string{"sale", "create", "s1", "--stock", "3", "--payment-window", "60"},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":3,"payment_window":60}`, bearer),
+			},
+		},
+		{
+			name: "update of the payment window, as a duration",
+			args: []string{"sale", "update", "s1", "--payment-window", "15m"},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"payment_window":900}`, bearer),
+			},
+		},
+		{
+			name: "update to no payment window",
+			args: []string{"sale", "update", "s1", "--payment-window", "0"},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"payment_window":0}`, bearer),
+			},
+		},
+		{
+			name: "order pay",
+			args: []string{"order", "pay", "s1", "o1"},
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
+		},
+		{
+			name: "order cancel, flags after the ids",
+			args: []string{"order", "cancel", "s1", "o:1", "--token", testToken},
+			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o:1/cancel", "", bearer)},
+		},
+		{
+			name:    "order pay past pay_by is the API's refusal, exit 1",
+			args:    []string{"order", "pay", "s1", "o1"},
+			answers: map[string]admintest.Answer{"POST /admin/v1/sales/s1/orders/o1/pay": reply(409, `{"status":"order_expired"}`)},
+			want:    []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
+			wantErr: "/admin/v1/sales/s1/orders/o1/pay: 409 Conflict: order_expired",
+		},
+		{
+			name:    "order cancel of a missing order",
+			args:    []string{"order", "cancel", "s1", "o9"},
+			answers: map[string]admintest.Answer{"POST /admin/v1/sales/s1/orders/o9/cancel": reply(404, `{"status":"not_found"}`)},
+			want:    []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o9/cancel", "", bearer)},
+			wantErr: "404 Not Found: not_found",
+		},
+		{
 			name: "scripts list",
 			args: []string{"scripts", "list"},
 			want: []admintest.Request{req("GET", "/admin/v1/scripts", "", bearer)},
@@ -221,6 +270,19 @@ func TestAdminUsage(t *testing.T) {
 		{"sale", "restock", "s1", "5", "6"},
 		{"sale", "lock"},
 		{"sale", "unlock", "s1", "s2"},
+		{"sale", "create", "s1", "--stock", "1", "--payment-window", "-1"},
+		{"sale", "create", "s1", "--stock", "1", "--payment-window", "86401"},
+		{"sale", "create", "s1", "--stock", "1", "--payment-window", "25h"},
+		{"sale", "update", "s1", "--payment-window", "1.5s"},
+		{"sale", "update", "s1", "--payment-window", "soon"},
+		{"sale", "update", "s1", "--payment-window", ""},
+		{"order"},
+		{"order", "refund", "s1", "o1"},
+		{"order", "pay", "s1"},
+		{"order", "pay", "s1", "o1", "o2"},
+		{"order", "cancel"},
+		{"order", "show", "s1"},
+		{"order", "show", "s1", "o1", "--public", "ftp://127.0.0.1:8080"},
 		{"scripts"},
 		{"scripts", "flush"},
 		{"scripts", "list", "extra"},
@@ -367,6 +429,45 @@ func TestAdminHealth(t *testing.T) {
 	for _, r := range srv.Requests() {
 		if r.Auth != "" {
 			t.Errorf("health sent the admin token to the public listener")
+		}
+	}
+}
+
+// TestAdminOrderShow: the order view comes from the public listener (the
+// settings' http.addr unless --public says otherwise), with no admin token.
+func TestAdminOrderShow(t *testing.T) {
+	const view = `{"status":"queued","order_id":"o1","sale_id":"s1","user_id":"u1","quantity":1,"state":"pending_payment","pay_by":"2030-01-01T09:00:00.123Z"}`
+	srv := admintest.NewServer(t, map[string]admintest.Answer{
+		"GET /v1/sales/s1/orders/o1": reply(200, view),
+		"GET /v1/sales/s1/orders/o2": reply(401, `{"status":"unauthorized"}`),
+	})
+	srv.Otherwise(reply(http.StatusNotFound, `{"status":"not_found"}`))
+	_, port, _ := net.SplitHostPort(hostPort(srv))
+	clearEnv(t)
+	t.Setenv("FLASHGATE_HTTP_ADDR", "0.0.0.0:"+port)
+	t.Setenv("FLASHGATE_ADMIN_ADDR", "127.0.0.1:1")
+	t.Setenv("FLASHGATE_ADMIN_TOKEN", testToken)
+
+	out, err := runCLI(t, "order", "show", "s1", "o1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got["state"] != "pending_payment" || got["pay_by"] != "2030-01-01T09:00:00.123Z" {
+		t.Errorf("stdout %q (%v)", out, err)
+	}
+	if _, err := runCLI(t, "order", "show", "s1", "o1", "--public", srv.URL); err != nil {
+		t.Errorf("--public: %v", err)
+	}
+	if _, err := runCLI(t, "order", "show", "s1", "nope"); err == nil || errors.Is(err, errUsage) || !strings.Contains(err.Error(), "404") {
+		t.Errorf("a missing order: error %v, want a 404 (exit 1)", err)
+	}
+	if _, err := runCLI(t, "order", "show", "s1", "o2"); err == nil || !strings.Contains(err.Error(), "buyer authentication is on") {
+		t.Errorf("a 401: error %v, want one saying buyer authentication is on", err)
+	}
+	for _, r := range srv.Requests() {
+		if r.Auth != "" || r.Method != "GET" {
+			t.Errorf("order show sent %s with Authorization %q to the public listener", r.Method, r.Auth)
 		}
 	}
 }

@@ -49,6 +49,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Float64Var(&o.DupRatio, "dup-ratio", 0.1, "fraction of requests that are duplicate clicks (half of them replay the Idempotency-Key)")
 	fs.BoolVar(&o.NoKeys, "no-keys", false, "send no Idempotency-Key (by default half of the first clicks carry one)")
 	fs.IntVar(&o.Conns, "conns", 64, "connections, one request in flight on each")
+	fs.Int64Var(&o.PaymentWindow, "payment-window", 0, "the sale's payment window in seconds (0: none, orders confirmed at once); with one, the run waits the window + 2s after the load and checks the expiry")
+	fs.Float64Var(&o.PayRatio, "pay-ratio", 0, "with --payment-window: the fraction of the accepted orders paid through the admin API after the load; the rest expire")
 	fs.Float64Var(&o.Rate, "rate", 0, "requests/s on a fixed schedule (open loop); 0: closed loop, as fast as answers come")
 	fs.DurationVar(&o.Duration, "duration", 0, "stop after this long (0: no limit but sold out and --max-duration)")
 	fs.BoolVar(&o.UntilSoldOut, "until-sold-out", true, "stop at the first sold_out answer, or 1s after the 202s added up to the stock")

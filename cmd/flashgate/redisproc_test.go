@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisProc is a redis-server of one test's own, on a free loopback port,
+// with its data (the append-only file) in the test's temporary folder, so
+// that the test may restart it without disturbing the shared one.
+type redisProc struct {
+	addr, dir string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// startRedis starts a redis-server configured as deploy/local/service.sh
+// configures the local one (AOF on, fsync every second, no RDB snapshots)
+// and waits until it answers. It is stopped when the test ends.
+func startRedis(t *testing.T) *redisProc {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
+	}
+	r := &redisProc{addr: freeAddr(t), dir: t.TempDir()}
+	r.start(t)
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *redisProc) start(t *testing.T) {
+	t.Helper()
+	port := r.addr[strings.LastIndexByte(r.addr, ':')+1:]
+	r.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", r.dir,
+		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"))
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.exited = make(chan struct{})
+	cmd, exited := r.cmd, r.exited
+	go func() { _ = cmd.Wait(); close(exited) }()
+	c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
+	defer c.Close()
+	waitUntil(t, 30*time.Second, "the test's redis-server answers on "+r.addr, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return c.Ping(ctx).Err() == nil
+	})
+}
+
+// stop shuts the server down cleanly (SIGTERM: it writes out its AOF, as
+// service.sh stop does) and waits until it is gone.
+func (r *redisProc) stop(t *testing.T) {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(30 * time.Second):
+		t.Errorf("redis-server %s still running 30s after SIGTERM; killing it", r.addr)
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+}
+
+// restart stops the server and starts it again on the same port and data:
+// what it then holds is what it read back from its append-only file.
+func (r *redisProc) restart(t *testing.T) {
+	t.Helper()
+	r.stop(t)
+	r.start(t)
+	t.Logf("redis-server %s restarted from its AOF", r.addr)
+}
+
+// useRedis points the stack's own Redis client at r; the processes get it
+// from newStack's extra settings (FLASHGATE_REDIS_ADDRS).
+func (s *stack) useRedis(r *redisProc) {
+	_ = s.rdb.Close()
+	s.rdb = redis.NewClient(&redis.Options{Addr: r.addr})
+	s.cfg.Redis.Addrs = []string{r.addr}
+}
