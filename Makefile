@@ -2,7 +2,8 @@
 #   make            build bin/flashgate
 #   make up / down  start / stop Redis, RabbitMQ, MariaDB on 127.0.0.1 (data in .run/)
 #   make run        up + build, then consumer (background) + gateway (foreground)
-#   make test       up + the whole test suite
+#   make test       up + the whole test suite, then a short run of every fuzz target
+#   make fuzz       every fuzz target for FUZZTIME each (default 5m; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
 #   make check      lint, then up + tests (shuffled, race detector)
 SHELL := /bin/bash
@@ -20,10 +21,16 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 TEST_TIMEOUT ?= 30m
 
+# How long each fuzz target runs: in `make test` (FUZZTIME_SHORT), and in
+# `make fuzz` (FUZZTIME). A crasher is written to the target's
+# testdata/fuzz/<Target>/, where every later `go test` runs it again.
+FUZZTIME_SHORT ?= 10s
+FUZZTIME ?= 5m
+
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down run test lint check bench clean
+.PHONY: build up down run test fuzz lint check bench clean
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -43,6 +50,17 @@ run: up build
 
 test: up
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
+
+# go test -fuzz takes one target of one package per run: each target found
+# in a package that has any runs in turn, for FUZZTIME.
+fuzz:
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^\./\.run/' | xargs -r -n1 dirname | sort -u); do \
+	  for target in $$($(GO) test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+	  done; \
+	done
 
 # The lint half of `make check`, which .ci/run runs before `make test`.
 lint: $(STATICCHECK)

@@ -328,13 +328,15 @@ func parseTime(raw map[string]json.RawMessage, field string) (*int64, string) {
 }
 
 func parseRestock(body []byte) (int64, string) {
-	var raw struct {
-		Quantity json.RawMessage `json:"quantity"`
-	}
-	if err := json.Unmarshal(body, &raw); err != nil {
+	// Keys are read exactly, as parseSaleUpdate reads them: a struct would
+	// match "QUANTITY" too (encoding/json folds case), so that
+	// {"quantity":1,"QUANTITY":1000000000} would restock what a proxy or a
+	// log reading the same body does not see.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
 		return 0, "body must be a JSON object"
 	}
-	n, ok := wholeNumber(raw.Quantity)
+	n, ok := wholeNumber(raw["quantity"])
 	if !ok || n < 1 || n > maxStock {
 		return 0, "quantity must be a whole number from 1 to 1000000000"
 	}
