@@ -17,7 +17,8 @@ import (
 
 // buyStatuses are the statuses a buy can answer, each with its counter.
 var buyStatuses = []string{"accepted", "bad_request", "not_found", "not_started", "ended", "locked",
-	"limit_reached", "sold_out", "insufficient_stock", "idempotency_conflict", "rate_limited", "unavailable", "too_large"}
+	"limit_reached", "sold_out", "insufficient_stock", "idempotency_conflict", "rate_limited", "unavailable", "too_large",
+	"unauthorized", "forbidden"}
 
 // gatewayMetrics are the gateway's own series. Counters on the hot path are
 // plain atomics; figures that other parts keep (scripts, batcher, Redis) are
