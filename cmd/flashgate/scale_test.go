@@ -1,0 +1,977 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/relay"
+	"github.com/flashgate/flashgate/retry"
+)
+
+// Past one process (DESIGN.md "Where it goes past one machine", invariant
+// 10): two gateways behind what a load balancer would do, three competing
+// consumers, one stack. The crowd (lbCrowd) is the harness's buyers spread
+// over several gateways: a buy that gets no answer is sent again, with the
+// same Idempotency-Key, to the next gateway.
+
+// The burst of both scale tests: stock far below demand over a few sales,
+// a few thousand buys in all.
+var scaleSales = []string{"sa", "sb", "sc"}
+
+const (
+	scaleStock   = 300  // per sale
+	scaleLimit   = 2    // per user
+	scaleUsers   = 1500 // user u buys in sale u%3, sent first to gateway u%2
+	scaleKeys    = 3    // buys per user, each with its own Idempotency-Key
+	scaleWorkers = 32   // buyers per gateway
+)
+
+// TestScaleGatewayKill9 guards invariant 10 ("adding a gateway or a
+// consumer never breaks 1–9") with two gateways (A, B) and three consumers
+// on one stack, the buyers split between the gateways, stock far below
+// demand over three sales. In the middle of the burst, gateway A first
+// loses the replies to its reservations (a proxy drops them: Redis
+// reserves, A never learns, as in a crash between the script and the
+// reply), then is killed (SIGKILL) at a moment when its relay holds
+// outbox entries. Its buyers carry on through gateway B with the same
+// Idempotency-Keys. Once drained, over every sale:
+//
+//   - 1: sold + remaining = stock, remaining ≥ 0 in every sample taken
+//     during the burst; at the end exactly the stock sold, no unit more.
+//   - 2: no user holds more than per_user_limit units, in MySQL or Redis.
+//   - 3: every 202, from either gateway, is exactly one MySQL row, of the
+//     user it was given to, and MySQL holds nothing else (checkExactlyOnce,
+//     and no row that no buyer saw accepted); reconcile finds no drift.
+//   - 4: every 202 sent again with its key to the other gateway answers
+//     the same bytes; every order A reserved without hearing of it reached
+//     its buyer through B's replay of the key, with A's order id; no key
+//     produced a second order (its row would be one nobody saw accepted).
+//   - 6: the entries the dead relay held were claimed by B's relay after
+//     relay.claim_after (B's claimed counter covers them, none stays
+//     pending) and reached MySQL once.
+func TestScaleGatewayKill9(t *testing.T) {
+	// The dead relay's entries wait claim_after before B may take them:
+	// short, so that the drain is quick.
+	s := newStack(t, "FLASHGATE_RELAY_CLAIM_AFTER=1s")
+	// Gateway A reaches Redis through a proxy that can withhold Redis's
+	// replies: reservations made, their answers lost, as in a crash
+	// between the script and the reply.
+	cut := startReplyCut(t, s.cfg.Redis.Addrs[0])
+	ga := startGateway(t, nil, append(slices.Clone(s.env), "FLASHGATE_REDIS_ADDRS="+cut.addr()))
+	gb := s.startGateway(nil)
+	consumers := startScaleConsumers(t, s, 3)
+	for _, sale := range scaleSales {
+		s.createSale(gb, sale, scaleStock, scaleLimit)
+	}
+	samples := sampleSales(t, gb, scaleSales, scaleStock)
+	// Paced, so that the sales sell for seconds rather than the fraction
+	// of one that the relays take to notice them (they look at a quiet
+	// sale once a second): the kill must find relay A at work.
+	c := startCrowd(t, []*gatewayProc{ga, gb}, 100*time.Millisecond)
+
+	c.waitAccepted(len(scaleSales)*scaleStock/5, time.Minute)
+	dead, held, lost := killCut(t, s, ga, c, cut)
+	at := c.n202.Load()
+	t.Logf("gateway A (relay %s) killed after %d buys accepted, holding %d outbox entries, with %d reservations made whose reply it never got",
+		dead, at, held, len(lost))
+
+	c.wait()
+	samples.stop()
+	c.check()
+	if c.failovers.Load() == 0 {
+		t.Fatal("no buy sent to gateway A was answered by gateway B")
+	}
+	for i, n := range c.servedBy() {
+		if n == 0 {
+			t.Fatalf("gateway %d accepted no buy", i)
+		}
+	}
+	if c.n202.Load() == at {
+		t.Fatal("no buy accepted after the kill: the burst was over before it")
+	}
+	// Invariant 4 across gateways: a reservation gateway A made but never
+	// answered reached its buyer through gateway B's replay of the key,
+	// with A's order id, not as a second order.
+	for id, sale := range lost {
+		if _, ok := c.accepted(sale)[id]; !ok {
+			t.Fatalf("order %s of sale %s was reserved through gateway A, which never answered it; the buyer's retry on gateway B did not get it", id, sale)
+		}
+	}
+
+	for _, sale := range scaleSales {
+		s.waitDrained(sale, 2*time.Minute)
+	}
+	checkScaleSales(t, s, gb, c)
+	// Invariant 6: the dead relay's entries were taken by the living one.
+	// It alone can have removed them (an entry pending for a consumer goes
+	// to another only through XAUTOCLAIM), and nothing is pending now.
+	ctx := context.Background()
+	for _, sale := range scaleSales {
+		p, err := s.rdb.XPending(ctx, s.keys.Outbox(sale), relay.Group).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Count != 0 {
+			t.Fatalf("sale %s: %d outbox entries still pending after the drain: %v", sale, p.Count, p.Consumers)
+		}
+	}
+	gm := scrapeURL(t, "http://"+gb.admin+"/metrics")
+	if claimed := gm["flashgate_relay_claimed_total"]; claimed < float64(held) {
+		t.Fatalf("gateway B's relay claimed %v entries; the dead relay held %d", claimed, held)
+	}
+	checkConsumersInserted(t, s, consumers, false)
+	t.Logf("%d buys answered by gateway B after no answer from A; relay B claimed %v entries, removed %v",
+		c.failovers.Load(), gm["flashgate_relay_claimed_total"], gm["flashgate_relay_removed_total"])
+}
+
+// TestScaleConsumersShare guards the consumer half of invariant 10: with
+// two gateways and three consumers on one quorum queue and nobody killed,
+// every consumer takes part (its flashgate_consumer_inserted_total > 0),
+// their inserts add up to the rows in MySQL, and invariants 1–4 hold as in
+// TestScaleGatewayKill9.
+func TestScaleConsumersShare(t *testing.T) {
+	s := newStack(t)
+	ga, gb := s.startGateway(nil), s.startGateway(nil)
+	consumers := startScaleConsumers(t, s, 3)
+	for _, sale := range scaleSales {
+		s.createSale(ga, sale, scaleStock, scaleLimit)
+	}
+	samples := sampleSales(t, gb, scaleSales, scaleStock)
+	c := startCrowd(t, []*gatewayProc{ga, gb}, 0)
+	c.wait()
+	samples.stop()
+	c.check()
+	for i, n := range c.servedBy() {
+		if n == 0 {
+			t.Fatalf("gateway %d accepted no buy", i)
+		}
+	}
+	for _, sale := range scaleSales {
+		s.waitDrained(sale, 2*time.Minute)
+	}
+	checkScaleSales(t, s, ga, c)
+	checkConsumersInserted(t, s, consumers, true)
+}
+
+// consumerProc is a `flashgate consumer` process and its metrics listener.
+type consumerProc struct {
+	*proc
+	metrics string // host:port
+}
+
+// startScaleConsumers starts n consumers, each with its metrics listener,
+// and waits until all n consume from the stack's queue, so that RabbitMQ
+// spreads the burst over all of them.
+func startScaleConsumers(t *testing.T, s *stack, n int) []consumerProc {
+	t.Helper()
+	cs := make([]consumerProc, n)
+	for i := range cs {
+		cs[i].metrics = freeAddr(t)
+		cs[i].proc = s.start("consumer-"+strconv.Itoa(i), []string{"FLASHGATE_CONSUMER_METRICS_ADDR=" + cs[i].metrics}, "consumer")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sess, err := broker.Open(ctx, s.cfg.AMQP, "scale test observer")
+	if err != nil {
+		t.Fatalf("RabbitMQ (run `make up`): %v", err)
+	}
+	defer sess.Close()
+	waitUntil(t, 30*time.Second, fmt.Sprintf("%d consumers on the queue", n), func() bool {
+		q, err := sess.Channel.QueueDeclarePassive(s.cfg.AMQP.Queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("queue %s: %v", s.cfg.AMQP.Queue, err)
+		}
+		return q.Consumers >= n
+	})
+	return cs
+}
+
+// checkConsumersInserted checks that the consumers' inserts add up to the
+// rows of the scale sales in MySQL and, with each, that every one of them
+// inserted some: RabbitMQ spread the work over all of them.
+func checkConsumersInserted(t *testing.T, s *stack, cs []consumerProc, each bool) {
+	t.Helper()
+	var rows int64
+	for _, sale := range scaleSales {
+		n, _ := s.count(sale)
+		rows += n
+	}
+	// A consumer counts a batch after its commit: wait for the figures
+	// rather than sleep.
+	inserted := make([]float64, len(cs))
+	var sum float64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = retry.Until(ctx, poll, func(context.Context) error {
+		sum = 0
+		for i, c := range cs {
+			inserted[i] = scrapeURL(t, "http://"+c.metrics+"/metrics")["flashgate_consumer_inserted_total"]
+			sum += inserted[i]
+		}
+		if sum < float64(rows) {
+			return errNotYet
+		}
+		return nil
+	}, nil)
+	t.Logf("rows inserted per consumer: %v (MySQL holds %d)", inserted, rows)
+	if sum != float64(rows) {
+		t.Fatalf("the consumers inserted %v rows in all, MySQL holds %d", sum, rows)
+	}
+	if each {
+		for i, n := range inserted {
+			if n == 0 {
+				t.Fatalf("consumer %d inserted nothing: the queue did not spread the work over the three", i)
+			}
+		}
+	}
+}
+
+// killCut kills gateway g (SIGKILL) in the middle of its work: first cut
+// (a proxy between g and Redis) drops Redis's replies to g's reservations,
+// until Redis holds an order g reserved and never heard of; then g is frozen
+// (SIGSTOP) at moments until its relay is seen holding outbox entries, and
+// killed while frozen. It returns the relay's consumer name, the entries
+// it held, and the orders (id → sale) Redis accepted from g without g
+// learning it. It fails the test when such moments do not come within a
+// minute, or before the burst is nearly over.
+func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) (string, int64, map[string]string) {
+	t.Helper()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// broker.InstanceName: host-pid-suffix.
+	prefix := host + "-" + strconv.Itoa(g.cmd.Process.Pid) + "-"
+	ctx := context.Background()
+	lost := map[string]string{}
+	findLost := func() {
+		for _, id := range cut.droppedIDs() {
+			if _, ok := lost[id]; ok {
+				continue
+			}
+			for _, sale := range scaleSales {
+				if s.rdb.HExists(ctx, s.keys.Orders(sale), id).Val() {
+					lost[id] = sale
+				}
+			}
+		}
+	}
+
+	cut.drop(reserveSHA(t, g))
+	waitUntil(t, 30*time.Second, "an order reserved through gateway A, whose reply A never got", func() bool {
+		findLost()
+		return len(lost) > 0
+	})
+
+	last := int64(len(scaleSales) * scaleStock * 9 / 10)
+	deadline := time.Now().Add(time.Minute)
+	for looks := 1; ; looks++ {
+		if c.n202.Load() >= last || time.Now().After(deadline) {
+			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.n202.Load())
+		}
+		g.signal(t, syscall.SIGSTOP)
+		// What g sent before it stopped reaches Redis before the look.
+		cut.waitQuiet(20 * time.Millisecond)
+		var name string
+		var held int64
+		for _, sale := range scaleSales {
+			p, err := s.rdb.XPending(ctx, s.keys.Outbox(sale), relay.Group).Result()
+			if err != nil { // no group yet: nobody holds anything there
+				continue
+			}
+			for consumer, n := range p.Consumers {
+				if strings.HasPrefix(consumer, prefix) {
+					name, held = consumer, held+n
+				}
+			}
+		}
+		if held > 0 {
+			g.kill9(t)
+			cut.waitSent(t)
+			findLost()
+			t.Logf("gateway A seen holding entries at look %d; %d reservations sent by A whose reply was dropped", looks, len(cut.droppedIDs()))
+			return name, held, lost
+		}
+		g.signal(t, syscall.SIGCONT)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// reserveSHA asks gateway g for the SHA of the reserve script it runs.
+func reserveSHA(t *testing.T, g *gatewayProc) string {
+	t.Helper()
+	code, body, err := httpDo(&http.Client{Timeout: 5 * time.Second}, "GET", "http://"+g.admin+"/admin/v1/scripts", "")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /admin/v1/scripts: %d %s %v", code, body, err)
+	}
+	var v struct {
+		Scripts []struct{ Name, SHA string }
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("GET /admin/v1/scripts: %s: %v", body, err)
+	}
+	for _, sc := range v.Scripts {
+		if sc.Name == "reserve" && sc.SHA != "" {
+			return sc.SHA
+		}
+	}
+	t.Fatalf("no reserve script in %s", body)
+	return ""
+}
+
+// replyCut is a TCP proxy between one gateway and Redis. Once told to
+// drop, it still passes every command to Redis, and every reply back but
+// those of the reserve script: Redis makes the reservations, the gateway
+// never hears of them (it answers 503 once its Redis timeout passes, or
+// dies first). It reads RESP both ways to pair each reply with its command.
+type replyCut struct {
+	ln      net.Listener
+	target  string
+	sha     string // of the reserve script; set before dropping is
+	dropOn  atomic.Bool
+	lastUp  atomic.Int64 // UnixNano of the last bytes passed to Redis
+	up, all sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []net.Conn
+	ids   map[string]bool // order ids of the reservations whose reply was dropped
+}
+
+func startReplyCut(t *testing.T, target string) *replyCut {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &replyCut{ln: ln, target: target, ids: map[string]bool{}}
+	c.all.Add(1)
+	go func() {
+		defer c.all.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.pass(conn)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		c.mu.Lock()
+		for _, conn := range c.conns {
+			conn.Close()
+		}
+		c.mu.Unlock()
+		c.all.Wait()
+	})
+	return c
+}
+
+func (c *replyCut) addr() string { return c.ln.Addr().String() }
+
+// drop starts dropping the replies to the reserve script (its SHA), for good.
+func (c *replyCut) drop(sha string) {
+	c.sha = sha
+	c.dropOn.Store(true) // publishes sha to the copiers, which load dropOn first
+}
+
+// pass relays one connection. The copier towards Redis queues, per
+// command, whether to drop its reply, before it passes the command's last
+// byte on: the reply cannot come back before its entry is queued.
+func (c *replyCut) pass(gw net.Conn) {
+	rd, err := net.Dial("tcp", c.target)
+	if err != nil {
+		gw.Close()
+		return
+	}
+	c.mu.Lock()
+	c.conns = append(c.conns, gw, rd)
+	c.mu.Unlock()
+	var qmu sync.Mutex
+	var queue []bool // per command in flight, oldest first: drop its reply
+	c.up.Add(1)
+	c.all.Add(2)
+	go func() {
+		defer c.all.Done()
+		defer c.up.Done()
+		defer rd.Close()
+		buf := make([]byte, 32<<10)
+		var pend []byte
+		for {
+			n, err := gw.Read(buf)
+			if n > 0 {
+				pend = append(pend, buf[:n]...)
+				for {
+					args, used, ok := parseCommand(pend)
+					if !ok {
+						break
+					}
+					pend = pend[used:]
+					d := c.dropOn.Load() && len(args) > 1 && strings.EqualFold(args[0], "evalsha") && args[1] == c.sha
+					if d {
+						c.note(args)
+					}
+					qmu.Lock()
+					queue = append(queue, d)
+					qmu.Unlock()
+				}
+				pend = append([]byte(nil), pend...)
+				if _, err := rd.Write(buf[:n]); err != nil {
+					return
+				}
+				c.lastUp.Store(time.Now().UnixNano())
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer c.all.Done()
+		defer gw.Close()
+		buf := make([]byte, 32<<10)
+		var pend []byte
+		for {
+			n, err := rd.Read(buf)
+			if n > 0 {
+				pend = append(pend, buf[:n]...)
+				var out []byte
+				for {
+					end, ok := respEnd(pend, 0)
+					if !ok {
+						break
+					}
+					qmu.Lock()
+					d := len(queue) > 0 && queue[0]
+					if len(queue) > 0 { // none queued: a push, never dropped
+						queue = queue[1:]
+					}
+					qmu.Unlock()
+					if !d {
+						out = append(out, pend[:end]...)
+					}
+					pend = pend[end:]
+				}
+				pend = append([]byte(nil), pend...)
+				if len(out) > 0 {
+					if _, err := gw.Write(out); err != nil {
+						return
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// note records the order ids of a reserve call (EVALSHA sha numkeys keys…
+// sale ttl, then per reservation: order id, user, quantity, key index).
+func (c *replyCut) note(args []string) {
+	nk, err := strconv.Atoi(args[2])
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 3 + nk + 2; i < len(args); i += 4 {
+		c.ids[args[i]] = true
+	}
+}
+
+// droppedIDs returns the order ids of the reservations whose reply was dropped.
+func (c *replyCut) droppedIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.ids))
+	for id := range c.ids {
+		out = append(out, id)
+	}
+	return out
+}
+
+// waitQuiet waits until nothing has been passed to Redis for d (at most a
+// second).
+func (c *replyCut) waitQuiet(d time.Duration) {
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(d / 4) {
+		if time.Since(time.Unix(0, c.lastUp.Load())) >= d {
+			return
+		}
+	}
+}
+
+// waitSent waits until the gateway's connections have all ended, so that
+// what it sent has been passed on (its process is gone).
+func (c *replyCut) waitSent(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { c.up.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dead gateway's Redis connections did not end")
+	}
+}
+
+// parseCommand reads one command (a RESP array of bulk strings, which is
+// all a client sends) from the start of b: its arguments and its length,
+// or false when b does not hold all of it yet.
+func parseCommand(b []byte) ([]string, int, bool) {
+	n, i, ok := respHeader(b, 0, '*')
+	if !ok {
+		return nil, 0, false
+	}
+	args := make([]string, 0, max(n, 0))
+	for range n {
+		l, j, ok := respHeader(b, i, '$')
+		if !ok || j+l+2 > len(b) {
+			return nil, 0, false
+		}
+		args = append(args, string(b[j:j+l]))
+		i = j + l + 2
+	}
+	return args, i, true
+}
+
+// respHeader reads "<kind><number>\r\n" at b[i:]: the number and where the
+// line ends.
+func respHeader(b []byte, i int, kind byte) (int, int, bool) {
+	if i >= len(b) || b[i] != kind {
+		return 0, 0, false
+	}
+	e := bytes.Index(b[i:], []byte("\r\n"))
+	if e < 0 {
+		return 0, 0, false
+	}
+	n, err := strconv.Atoi(string(b[i+1 : i+e]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return n, i + e + 2, true
+}
+
+// respEnd returns where the RESP2/RESP3 value that starts at b[i] ends, or
+// false when b does not hold all of it yet.
+func respEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	e := bytes.Index(b[i:], []byte("\r\n"))
+	if e < 0 {
+		return 0, false
+	}
+	next := i + e + 2
+	switch b[i] {
+	case '$', '!', '=': // bulk string, bulk error, verbatim string
+		n, err := strconv.Atoi(string(b[i+1 : i+e]))
+		if err != nil || n < 0 {
+			return next, true
+		}
+		if next+n+2 > len(b) {
+			return 0, false
+		}
+		return next + n + 2, true
+	case '*', '~', '>', '%', '|': // array, set, push, map, attribute
+		n, err := strconv.Atoi(string(b[i+1 : i+e]))
+		if err != nil || n < 0 {
+			return next, true
+		}
+		if b[i] == '%' || b[i] == '|' {
+			n *= 2
+		}
+		for range n {
+			var ok bool
+			if next, ok = respEnd(b, next); !ok {
+				return 0, false
+			}
+		}
+		if b[i] == '|' { // an attribute comes before the value it describes
+			return respEnd(b, next)
+		}
+		return next, true
+	default: // simple string, error, integer, double, boolean, big number, null
+		return next, true
+	}
+}
+
+// saleSampler reads the admin view of sales during a burst and fails the
+// test on a sample that breaks invariant 1.
+type saleSampler struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	done   chan struct{}
+	n      int
+	bad    []string
+}
+
+func sampleSales(t *testing.T, g *gatewayProc, sales []string, stock int) *saleSampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	sm := &saleSampler{t: t, cancel: cancel, done: make(chan struct{})}
+	tr := &http.Transport{}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	go func() {
+		defer close(sm.done)
+		defer tr.CloseIdleConnections()
+		for ctx.Err() == nil {
+			for _, sale := range sales {
+				code, body, err := httpDo(client, "GET", "http://"+g.admin+"/admin/v1/sales/"+sale, "")
+				if err != nil || code != 200 {
+					continue // the checks after the burst say whether the gateway is well
+				}
+				var v struct{ Stock, Sold, Remaining int }
+				if err := json.Unmarshal([]byte(body), &v); err != nil {
+					sm.bad = append(sm.bad, "sale view: "+body)
+					continue
+				}
+				sm.n++
+				if v.Stock != stock || v.Sold+v.Remaining != v.Stock || v.Remaining < 0 {
+					sm.bad = append(sm.bad, sale+": "+body)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(sm.stop)
+	return sm
+}
+
+// stop ends the sampling and fails the test on a bad sample, or none.
+func (sm *saleSampler) stop() {
+	sm.t.Helper()
+	select {
+	case <-sm.done:
+		return
+	default:
+	}
+	sm.cancel()
+	<-sm.done
+	if len(sm.bad) > 0 {
+		sm.t.Fatalf("invariant 1 broken in %d of %d samples, e.g. %q", len(sm.bad), sm.n, sm.bad[0])
+	}
+	if sm.n == 0 {
+		sm.t.Fatal("no sale view could be read during the burst")
+	}
+	sm.t.Logf("invariant 1 held in %d samples of the sale views during the burst", sm.n)
+}
+
+// checkScaleSales checks invariants 1–4 over every scale sale once it is
+// drained, from what the crowd saw, MySQL, Redis, the admin view of g and
+// `flashgate reconcile`.
+func checkScaleSales(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd) {
+	t.Helper()
+	ctx := context.Background()
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, sale := range scaleSales {
+		accepted := c.accepted(sale)
+		// 1: exactly the stock sold, demand being far above it.
+		if len(accepted) != scaleStock {
+			t.Fatalf("sale %s: %d buys accepted, want %d (the stock)", sale, len(accepted), scaleStock)
+		}
+		code, body, err := httpDo(client, "GET", "http://"+g.admin+"/admin/v1/sales/"+sale, "")
+		if err != nil || code != 200 {
+			t.Fatalf("sale view %s: %d %s %v", sale, code, body, err)
+		}
+		var v struct{ Stock, Sold, Remaining int }
+		if err := json.Unmarshal([]byte(body), &v); err != nil || v.Stock != scaleStock || v.Sold != scaleStock || v.Remaining != 0 {
+			t.Fatalf("sale %s after the burst: %s (%v)", sale, body, err)
+		}
+		// 3: every 202 once in MySQL, nothing else there.
+		s.checkExactlyOnce(sale, accepted)
+		owners, units := mysqlOwners(t, s, sale)
+		for id, user := range owners {
+			// 3 and 4: a row no buyer saw accepted is a reservation whose
+			// reply was lost and whose retry reserved again.
+			if got, ok := accepted[id]; !ok {
+				t.Fatalf("sale %s: order %s of %s is in MySQL, but no buyer got it as an answer", sale, id, user)
+			} else if got != user {
+				t.Fatalf("sale %s: order %s is %s's in MySQL, was given to %s", sale, id, user, got)
+			}
+		}
+		// 2: the per-user limit, in MySQL and in Redis.
+		for user, n := range units {
+			if n > scaleLimit {
+				t.Fatalf("sale %s: %s holds %d units in MySQL, limit %d", sale, user, n, scaleLimit)
+			}
+		}
+		for user, n := range s.rdb.HGetAll(ctx, s.keys.Users(sale)).Val() {
+			if u, err := strconv.Atoi(n); err != nil || u > scaleLimit {
+				t.Fatalf("sale %s: %s holds %q units in Redis, limit %d", sale, user, n, scaleLimit)
+			}
+		}
+		s.checkNoDrift(sale)
+	}
+}
+
+// mysqlOwners returns the sale's orders in MySQL, order id → user, and the
+// units each user holds there.
+func mysqlOwners(t *testing.T, s *stack, sale string) (map[string]string, map[string]int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, `SELECT order_id, user_id, quantity FROM orders WHERE sale_id = ?`, sale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	owners, units := map[string]string{}, map[string]int{}
+	for rows.Next() {
+		var id, user string
+		var q int
+		if err := rows.Scan(&id, &user, &q); err != nil {
+			t.Fatal(err)
+		}
+		owners[id] = user
+		units[user] += q
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return owners, units
+}
+
+// lbCrowd is a crowd of buyers in front of several gateways. Buyer u
+// sends its buys to gateway u%len first; a buy that gets no answer (no
+// reply, 503, 429) goes to the next gateway with the same Idempotency-Key,
+// as behind a load balancer. Every 202 is sent once more, with its key, to
+// another gateway, and must come back byte for byte.
+type lbCrowd struct {
+	t      *testing.T
+	bases  []string
+	client *http.Client
+	ctx    context.Context // the buyers' deadline
+
+	mu      sync.Mutex
+	answers map[string]keyAnswer // sale + " " + key → the key's first answer
+	codes   map[int]int
+	bad     []string
+
+	n202      atomic.Int64
+	retries   atomic.Int64   // sends without an answer
+	failovers atomic.Int64   // buys answered by another gateway than their first
+	served    []atomic.Int64 // 202s per gateway
+	wg        sync.WaitGroup
+}
+
+// keyAnswer is what one Idempotency-Key was answered.
+type keyAnswer struct {
+	sale, user, orderID string
+	code                int
+}
+
+// startCrowd starts scaleWorkers buyers per gateway over scaleUsers users,
+// each buying scaleKeys times one unit in its sale, pausing pause after
+// each buy, and returns at once. The buyers give up after three minutes,
+// and that fails the test.
+func startCrowd(t *testing.T, gs []*gatewayProc, pause time.Duration) *lbCrowd {
+	tr := &http.Transport{MaxIdleConnsPerHost: 2 * scaleWorkers}
+	c := &lbCrowd{t: t, client: &http.Client{Timeout: 5 * time.Second, Transport: tr},
+		answers: map[string]keyAnswer{}, codes: map[int]int{}, served: make([]atomic.Int64, len(gs))}
+	for _, g := range gs {
+		c.bases = append(c.bases, "http://"+g.public)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	c.ctx = ctx
+	queues := make([]chan int, len(gs))
+	for i := range queues {
+		queues[i] = make(chan int, scaleUsers)
+	}
+	for u := range scaleUsers {
+		queues[u%len(gs)] <- u
+	}
+	for i, q := range queues {
+		close(q)
+		for range scaleWorkers {
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				for u := range q {
+					if !c.buyAll(i, u, pause) {
+						return
+					}
+				}
+			}()
+		}
+	}
+	go func() { c.wg.Wait(); cancel() }()
+	t.Cleanup(func() {
+		cancel()
+		c.wg.Wait()
+		tr.CloseIdleConnections()
+	})
+	return c
+}
+
+// buyAll makes user u's buys, sent to gateway first; false when the
+// deadline passed.
+func (c *lbCrowd) buyAll(first, u int, pause time.Duration) bool {
+	sale := scaleSales[u%len(scaleSales)]
+	user := "u" + strconv.Itoa(u)
+	for k := range scaleKeys {
+		key := fmt.Sprintf("k%d-%d", u, k)
+		code, body, from, ok := c.send(first, sale, user, key)
+		if !ok {
+			c.fail("buyer deadline passed")
+			return false
+		}
+		if from != first {
+			c.failovers.Add(1)
+		}
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		if c.record(from, sale, user, key, code, body) != 202 {
+			continue
+		}
+		// The same buy again through another gateway: the first reply,
+		// byte for byte, and nothing more reserved.
+		again, body2, from2, ok := c.send(from+1, sale, user, key)
+		if !ok {
+			c.fail("buyer deadline passed")
+			return false
+		}
+		if again != 202 || body2 != body {
+			c.fail(fmt.Sprintf("key %s of %s replayed on gateway %d: %d %s; first answer (gateway %d): %s", key, sale, from2%len(c.bases), again, body2, from, body))
+		}
+	}
+	return true
+}
+
+// send posts the buy to gateway first, then the next ones in turn, until
+// one answers; it returns the answer and the gateway that gave it, or
+// false when the deadline passed first. A request is not bound to the
+// deadline: one in flight gets its answer.
+func (c *lbCrowd) send(first int, sale, user, key string) (int, string, int, bool) {
+	for attempt := 0; ; attempt++ {
+		i := (first + attempt) % len(c.bases)
+		code, body, err := c.post(c.bases[i], sale, user, key)
+		if err == nil && code != 503 && code != 429 {
+			return code, body, i, true
+		}
+		c.retries.Add(1)
+		select {
+		case <-c.ctx.Done():
+			return 0, "", 0, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *lbCrowd) post(base, sale, user, key string) (int, string, error) {
+	req, err := http.NewRequest("POST", base+"/v1/sales/"+sale+"/orders", strings.NewReader(`{"user_id":"`+user+`","quantity":1}`))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := c.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(raw), err
+}
+
+// record notes a key's first answer and returns its code.
+func (c *lbCrowd) record(from int, sale, user, key string, code int, body string) int {
+	var v struct {
+		Status  string `json:"status"`
+		OrderID string `json:"order_id"`
+		UserID  string `json:"user_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.codes[code]++
+	c.answers[sale+" "+key] = keyAnswer{sale: sale, user: user, orderID: v.OrderID, code: code}
+	switch {
+	case code == 202 && v.Status == "accepted" && v.OrderID != "" && v.UserID == user:
+		c.n202.Add(1)
+		c.served[from].Add(1)
+	case code == 409 && v.Status == "limit_reached", code == 410 && v.Status == "sold_out":
+	default:
+		c.bad = append(c.bad, fmt.Sprintf("%s for %s: %d %s", key, user, code, body))
+	}
+	return code
+}
+
+func (c *lbCrowd) fail(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bad = append(c.bad, msg)
+}
+
+// waitAccepted waits until n buys have been accepted in all.
+func (c *lbCrowd) waitAccepted(n int, timeout time.Duration) {
+	c.t.Helper()
+	waitUntil(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
+}
+
+// wait waits for the buyers to run out of users.
+func (c *lbCrowd) wait() { c.wg.Wait() }
+
+// check fails the test on any answer a buyer should never get, and on an
+// order id given for two keys.
+func (c *lbCrowd) check() {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bad) > 0 {
+		c.t.Fatalf("%d unexpected answers, first ones: %q", len(c.bad), c.bad[:min(len(c.bad), 10)])
+	}
+	ids := map[string]string{}
+	for k, a := range c.answers {
+		if a.code != 202 {
+			continue
+		}
+		if prev, dup := ids[a.orderID]; dup {
+			c.t.Fatalf("order id %s given for two keys: %s and %s", a.orderID, prev, k)
+		}
+		ids[a.orderID] = k
+	}
+	c.t.Logf("answers %v; %d sends without an answer, %d buys answered by another gateway; 202s per gateway %v",
+		c.codes, c.retries.Load(), c.failovers.Load(), c.servedByLocked())
+}
+
+// accepted returns the sale's accepted orders, order id → user.
+func (c *lbCrowd) accepted(sale string) map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]string{}
+	for _, a := range c.answers {
+		if a.sale == sale && a.code == 202 {
+			out[a.orderID] = a.user
+		}
+	}
+	return out
+}
+
+func (c *lbCrowd) servedBy() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.servedByLocked()
+}
+
+func (c *lbCrowd) servedByLocked() []int64 {
+	out := make([]int64, len(c.served))
+	for i := range c.served {
+		out[i] = c.served[i].Load()
+	}
+	return out
+}
