@@ -42,7 +42,7 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order)`)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -52,8 +52,10 @@ func main() {
 		err = run(ctx, *out, *dur, *conns, *orders, *skipGo, *skipPipe)
 	case "auth":
 		err = runAuthOnly(ctx, *out, *dur, *conns)
+	case "cost":
+		err = runCostOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth", *only)
+		err = fmt.Errorf("-only %q: want auth or cost", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -68,6 +70,7 @@ type suite struct {
 	procs     []*exec.Cmd
 	rows      []row
 	notes     []string
+	cost      string // the cost-per-order section (cost.go); "" when not measured
 }
 
 // row is one line of the report's main table.
@@ -143,6 +146,11 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 		s.notes = append(s.notes, "pipeline skipped (-skip-pipeline)")
 	} else if err := s.measurePipeline(ctx, orders); err != nil {
 		s.notes = append(s.notes, "pipeline not measured: "+err.Error())
+	}
+
+	// 4b. Cost per order: every process's CPU per order and its baselines.
+	if err := s.measureCost(ctx); err != nil {
+		s.notes = append(s.notes, "cost per order not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -631,6 +639,7 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 			b.WriteString("- " + n + "\n")
 		}
 	}
+	b.WriteString(s.cost)
 	if goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + goBench + "\n```\n")
 	}
