@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -19,14 +20,32 @@ import (
 
 // Where the tests find the services: the local stack's, which are config's
 // defaults (TestDefaultsAreTheLocalStack holds them to
-// deploy/local/stack.env), unless FLASHGATE_REDIS_ADDRS (its first
-// address), FLASHGATE_AMQP_URL or FLASHGATE_MYSQL_DSN point elsewhere.
-// Read once, when the test binary starts; not to be changed.
+// deploy/local/stack.env), unless FLASHGATE_REDIS_ADDRS, FLASHGATE_AMQP_URL
+// or FLASHGATE_MYSQL_DSN point elsewhere. RedisAddrs are all the addresses
+// of FLASHGATE_REDIS_ADDRS (several: a Redis Cluster, as for the binary;
+// `make test-cluster` names the nodes of `make up-cluster`), RedisAddr the
+// first. Read once, when the test binary starts; not to be changed.
 var (
-	RedisAddr = strings.TrimSpace(strings.Split(override("FLASHGATE_REDIS_ADDRS", config.Default().Redis.Addrs[0]), ",")[0])
-	AMQPURL   = override("FLASHGATE_AMQP_URL", config.Default().AMQP.URL)
-	MySQLDSN  = override("FLASHGATE_MYSQL_DSN", config.Default().MySQL.DSN)
+	RedisAddrs = splitAddrs(override("FLASHGATE_REDIS_ADDRS", strings.Join(config.Default().Redis.Addrs, ",")))
+	RedisAddr  = RedisAddrs[0]
+	AMQPURL    = override("FLASHGATE_AMQP_URL", config.Default().AMQP.URL)
+	MySQLDSN   = override("FLASHGATE_MYSQL_DSN", config.Default().MySQL.DSN)
 )
+
+// splitAddrs reads a comma-separated address list as config does: blanks
+// around each address dropped, empty ones skipped.
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, config.Default().Redis.Addrs...)
+	}
+	return out
+}
 
 func override(env, def string) string {
 	if v := os.Getenv(env); v != "" {
@@ -76,26 +95,120 @@ func Database(tb testing.TB) string {
 }
 
 // DeleteKeys deletes every key of rdb under prefix (prefix + ":*"), a
-// thousand at a time. It blocks until done or ctx ends and returns the
-// first error of Redis.
+// thousand at a time. On a Redis Cluster it scans every primary, each of
+// which holds only its own slots' keys, and deletes each key by a command of
+// its own (pipelined), since one UNLINK of keys in several slots is refused
+// (CROSSSLOT) even by one node. It blocks until done or ctx ends and returns
+// the first error of Redis.
 func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	return ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		return deleteOnNode(ctx, node, prefix)
+	})
+}
+
+func deleteOnNode(ctx context.Context, node redis.UniversalClient, prefix string) error {
+	iter := node.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	var keys []string
+	flush := func() error {
+		pipe := node.Pipeline()
+		for _, k := range keys {
+			pipe.Unlink(ctx, k)
+		}
+		_, err := pipe.Exec(ctx)
+		keys = keys[:0]
+		return err
+	}
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
 		if len(keys) == 1000 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+			if err := flush(); err != nil {
 				return err
 			}
-			keys = keys[:0]
 		}
 	}
 	if len(keys) > 0 {
-		if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+		if err := flush(); err != nil {
 			return err
 		}
 	}
 	return iter.Err()
+}
+
+// ForEachPrimary calls fn with a client of each primary of rdb's Redis
+// Cluster, concurrently, or with rdb itself when it is one Redis. What a
+// node-wide command (SCAN, SCRIPT FLUSH, INFO) says or does on one node is
+// then what the test means on the cluster. It returns the first error.
+func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.UniversalClient) error) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+	}
+	return fn(ctx, rdb)
+}
+
+// Cluster reports whether the tests run on a Redis Cluster (RedisAddrs
+// holds several addresses).
+func Cluster() bool { return len(RedisAddrs) > 1 }
+
+// NewRedis returns a client of RedisAddrs with o's other settings: a
+// cluster client when there are several addresses, as the binary builds it
+// (cmd/flashgate's newRedis), else a client of one Redis. The caller closes
+// it. o may be nil.
+func NewRedis(o *redis.UniversalOptions) redis.UniversalClient {
+	var opt redis.UniversalOptions
+	if o != nil {
+		opt = *o
+	}
+	opt.Addrs = append([]string(nil), RedisAddrs...)
+	opt.IsClusterMode = Cluster()
+	return redis.NewUniversalClient(&opt)
+}
+
+// Redis returns a client of RedisAddrs (NewRedis with go-redis's defaults),
+// closed when the test ends. It fails tb when Redis, or any primary of the
+// cluster, does not answer a PING within five seconds.
+func Redis(tb testing.TB) redis.UniversalClient {
+	tb.Helper()
+	rdb := NewRedis(nil)
+	tb.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := Ping(ctx, rdb); err != nil {
+		tb.Fatal(err)
+	}
+	return rdb
+}
+
+// Ping pings Redis, or every primary of the cluster, and says which does not
+// answer and what to run. It also sends one PING through rdb itself, which
+// warms a cluster client up: its first command loads the slot map and the
+// servers' command table (COMMAND, a large reply), and commands sent
+// meanwhile wait for it, past a test's short Redis timeout on a loaded
+// machine.
+func Ping(ctx context.Context, rdb redis.UniversalClient) error {
+	hint := "run `make up`"
+	if Cluster() {
+		hint = "run `make up-cluster`"
+	}
+	err := ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		if err := node.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("%s: %w", nodeAddr(node), err)
+		}
+		return nil
+	})
+	if err == nil {
+		err = rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("Redis at %s does not answer (%s): %w", strings.Join(RedisAddrs, ","), hint, err)
+	}
+	return nil
+}
+
+func nodeAddr(c redis.UniversalClient) string {
+	if c, ok := c.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return strings.Join(RedisAddrs, ",")
 }
 
 // DropKeys is DeleteKeys for a test's cleanup: bounded by ten seconds, an

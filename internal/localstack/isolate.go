@@ -3,8 +3,6 @@ package localstack
 import (
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate/config"
 )
 
@@ -13,7 +11,7 @@ import (
 func deadLetter(name string) string { return name + ".dead" }
 
 // Isolated returns config's defaults pointed at the tests' services
-// (RedisAddr, AMQPURL, MySQLDSN) with a corner of them that no other test
+// (RedisAddrs, AMQPURL, MySQLDSN) with a corner of them that no other test
 // uses: a Redis key prefix and an exchange and queues of its own. When the
 // test ends, its keys and its topology (queues, dead-letter queue,
 // exchanges) are deleted. The MySQL database is the shared one: call
@@ -22,7 +20,7 @@ func Isolated(tb testing.TB) *config.Config {
 	tb.Helper()
 	cfg := config.Default()
 	id := RandomHex(5)
-	cfg.Redis.Addrs = []string{RedisAddr}
+	cfg.Redis.Addrs = append([]string(nil), RedisAddrs...)
 	cfg.Redis.KeyPrefix = "t" + id
 	cfg.AMQP.URL = AMQPURL
 	cfg.AMQP.Exchange = "test.orders." + id
@@ -31,7 +29,7 @@ func Isolated(tb testing.TB) *config.Config {
 	tb.Cleanup(func() {
 		DropTopology(tb, cfg.AMQP.URL, []string{cfg.AMQP.Queue, deadLetter(cfg.AMQP.Queue)},
 			[]string{cfg.AMQP.Exchange, deadLetter(cfg.AMQP.Exchange)})
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
+		rdb := NewRedis(nil)
 		DropKeys(tb, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
 	})
