@@ -29,7 +29,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	rdb := newRedis(cfg)
 	defer rdb.Close()
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
-	reload := auditedReload(log.Named("scripts"), loader)
+	reload := gateway.AuditedReload(log.Named("scripts"), loader)
 
 	// The outbox relay runs inside the gateway, on the gateway's Redis
 	// client; it is stopped after the HTTP server (below).
@@ -106,28 +106,4 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 		log.Error("relay stopped with an error", zap.Error(rerr))
 	}
 	return err
-}
-
-// auditedReload wraps Loader.Load with the audit event of API.md: who
-// reloaded, and the SHAs before and after.
-func auditedReload(log *zap.Logger, loader *scripts.Loader) func(ctx context.Context, who string) ([]scripts.Script, error) {
-	return func(ctx context.Context, who string) ([]scripts.Script, error) {
-		old := loader.Scripts()
-		list, err := loader.Load(ctx)
-		if err != nil {
-			log.Warn("audit", zap.String("action", "scripts.reload"), zap.String("who", who), zap.Error(err))
-			return nil, err
-		}
-		log.Info("audit", zap.String("action", "scripts.reload"), zap.String("who", who),
-			zap.Any("old", shas(old)), zap.Any("new", shas(list)))
-		return list, nil
-	}
-}
-
-func shas(list []scripts.Script) map[string]string {
-	m := make(map[string]string, len(list))
-	for _, s := range list {
-		m[s.Name] = s.SHA
-	}
-	return m
 }

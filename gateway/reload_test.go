@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestReloadAudit(t *testing.T) {
 	defer rdb.Close()
 	core, logs := observer.New(zapcore.InfoLevel)
 	loader := scripts.New(rdb, "")
-	reload := auditedReload(zap.New(core), loader)
+	reload := AuditedReload(zap.New(core), loader)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, who := range []string{"start", "SIGHUP"} {
