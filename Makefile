@@ -1,8 +1,11 @@
 # flashgate: build, local services, tests. GNU make.
 #   make            build bin/flashgate
 #   make up / down  start / stop Redis, RabbitMQ, MariaDB on 127.0.0.1 (data in .run/)
+#   make up-cluster up + a local Redis Cluster of three primaries (127.0.0.1:7001-7003,
+#                   data in .run/redis-cluster/); make down stops it too
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make test       up + the whole test suite, then a short run of every fuzz target
+#   make test-cluster  up-cluster + the tests of what Redis Cluster can break, on it
 #   make fuzz       every fuzz target for FUZZTIME each (default 5m; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
 #   make check      lint, then up + tests (shuffled, race detector)
@@ -30,7 +33,7 @@ FUZZTIME ?= 5m
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down run test fuzz lint check bench clean
+.PHONY: build up down run test fuzz lint check bench clean up-cluster test-cluster
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -51,6 +54,54 @@ run: up build
 test: up
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
+
+# The local Redis Cluster (deploy/local/cluster.sh): three primaries from
+# the same redis-server package, beside the services of `make up`, which
+# the tests need too.
+up-cluster: up
+	@deploy/local/cluster.sh start
+
+# `make test-cluster` runs, on the cluster of `make up-cluster`, the tests of
+# what Redis Cluster can break, with FLASHGATE_REDIS_ADDRS set to its nodes:
+# the tests' clients and every process they start are cluster clients. The
+# reserve path (oversell, limits, idempotency, lock, restock, the script
+# cache flushed on every primary, reloads, payment and expiry, the
+# announcements, the sale registry, metrics over many sales) and the
+# pipeline (bursts over one and over many sales, kill -9 of a gateway, of a
+# consumer and of a sweeping gateway, RabbitMQ stopped under the gateway and
+# under a relay, three consumers on one queue, the README's walk-through).
+# The tests that put a proxy or a descriptor limit in front of one Redis
+# are for one Redis only.
+CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestReservationIDReplay \
+	TestLockDuringBurst TestRestockMidSale TestInsufficientStock TestWindowsAndUnknownSale TestOrderStatus \
+	TestScriptFlushDuringBurst TestReloadDuringBurst TestBrokenScriptKeepsOldSet \
+	TestClosedSaleShortCircuit TestClosedSaleTTLSafetyNet TestBatchingCoalesces \
+	TestRestockCeiling TestRestockCeilingRetried TestRefusedCreateLeavesRegistry TestConcurrentCreatesAndRegistry \
+	TestDuplicateIdempotencyKey TestInvariant9BuyerAuthentication TestMetricsMove TestSaleMetricsManySales \
+	TestPaymentLifecycle TestPayRacesExpiry TestPayCancelAnswers TestNoPaymentWindow \
+	TestPaymentIdempotencyReplay TestTwoGatewaysSweep TestSweeperMetrics \
+	TestAnnouncementsFromEveryPrimary TestScriptFlushEveryPrimary TestSweepEveryPrimary TestIdempotencyKeyWithBraces \
+	TestScriptsOnEveryPrimary
+CLUSTER_TESTS_CMD := TestPipelineBurst TestPipelineManySales TestPipelineGatewayKill9 TestPipelineRabbitMQOutage \
+	TestRelayRabbitMQOutage TestConsumerKill9 TestPaymentLifecycle TestPaymentSweepKill9 TestScaleConsumersShare \
+	TestSIGHUPReloadsScripts TestREADMEWalkthrough TestRedisClientOneOrCluster
+# go test -run takes one regular expression: ^(A|B|…)$$.
+cluster_empty :=
+cluster_space := $(cluster_empty) $(cluster_empty)
+cluster_run = ^($(subst $(cluster_space),|,$(strip $(1))))$$
+CLUSTER_ENV = FLASHGATE_REDIS_ADDRS=$(shell deploy/local/cluster.sh addrs)
+# A name above that no test has any more (renamed, moved) must not drop out
+# of the run unseen.
+cluster_check = got=$$($(GO) test -list '$(call cluster_run,$(2))' $(1) | grep -c '^Test' || true); \
+	if [[ $$got != $(words $(2)) ]]; then \
+	  echo "test-cluster: $(1) has $$got of the $(words $(2)) tests the Makefile names"; exit 1; fi
+
+test-cluster: up-cluster
+	@$(call cluster_check,./gateway/,$(CLUSTER_TESTS_GATEWAY))
+	@$(call cluster_check,./cmd/flashgate/,$(CLUSTER_TESTS_CMD))
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/...
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_GATEWAY))' ./gateway/
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_CMD))' ./cmd/flashgate/
 
 # go test -fuzz takes one target of one package per run: each target found
 # in a package that has any runs in turn, for FUZZTIME.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +38,8 @@ func TestMain(m *testing.M) {
 const testToken = "test-admin-token-0123456789"
 
 // testGateway is a gateway on 127.0.0.1:0 against the real Redis of
-// `make up`, with its own key prefix so tests cannot see each other's sales.
+// `make up` (or the Redis Cluster of `make up-cluster`), with its own key
+// prefix so tests cannot see each other's sales.
 type testGateway struct {
 	t      testing.TB
 	srv    *Server
@@ -54,12 +54,9 @@ type testGateway struct {
 
 type gwOption func(*config.Config)
 
-func redisAddr() string {
-	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
+// redisAddr is FLASHGATE_REDIS_ADDRS as the tests read it
+// (localstack.RedisAddrs): one address, or several for a Redis Cluster.
+func redisAddr() string { return strings.Join(localstack.RedisAddrs, ",") }
 
 // startGateway starts a gateway and stops it, and deletes its keys, when the
 // test ends. It fails the test when Redis cannot be reached.
@@ -74,7 +71,7 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	cfg.HTTP.Addr = "127.0.0.1:0"
 	cfg.Admin.Addr = "127.0.0.1:0"
 	cfg.Admin.Token = testToken
-	cfg.Redis.Addrs = strings.Split(redisAddr(), ",")
+	cfg.Redis.Addrs = append([]string(nil), localstack.RedisAddrs...)
 	cfg.Redis.KeyPrefix = "t" + localstack.RandomHex(6)
 	cfg.Shutdown.DrainDelay = 0
 	// fasthttp (like net/http) counts a connection that has not sent its
@@ -83,15 +80,19 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	for _, o := range opts {
 		o(cfg)
 	}
-	rdb := redis.NewClient(&redis.Options{
-		Addr: cfg.Redis.Addrs[0], ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
+	// The client the binary builds (cmd/flashgate's newRedis), of
+	// cfg.Redis.Addrs as the options left them: one Redis, or the cluster
+	// when FLASHGATE_REDIS_ADDRS names several nodes (`make test-cluster`).
+	rdb := localstack.NewRedis(&redis.UniversalOptions{
+		Addrs: cfg.Redis.Addrs, ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
 		DialTimeout: cfg.Redis.Timeout, PoolTimeout: cfg.Redis.Timeout, ContextTimeoutEnabled: true,
 		PoolSize: 64, MaxRetries: 2,
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	if err := localstack.Ping(ctx, rdb); err != nil {
+		rdb.Close()
+		t.Fatal(err)
 	}
 	loader := scripts.New(rdb, cfg.Scripts.Dir)
 	if _, err := loader.Load(ctx); err != nil {

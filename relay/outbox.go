@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -274,39 +275,69 @@ func (o *outbox) confirmed(e *entry) {
 // unremoved is how many confirmed entries wait for their removal.
 func (o *outbox) unremoved() int { return o.toRemove }
 
+// removeParallel bounds the sales whose removals are in flight at once.
+// Each sale's removal is a MULTI of its own, and a relay serving many sales
+// would otherwise pay one round trip per sale, one after the other, all
+// within one redisCall; on a Redis Cluster the sales' primaries remove
+// theirs side by side.
+const removeParallel = 16
+
 // remove acknowledges and deletes the confirmed entries, one MULTI per
 // sale so that an entry is never acknowledged without being deleted (it
 // would then sit in the outbox for ever, never read again). A MULTI never
 // holds two sales: their outboxes live in different hash slots, and Redis
 // Cluster refuses a transaction across slots (CROSSSLOT), which would stall
-// every sale behind the one removal. A sale whose removal fails keeps its
-// entries held, to be removed by the next call; the others are removed,
-// and the error says how many wait.
+// every sale behind the one removal. Up to removeParallel sales are removed
+// at once. A sale whose removal fails keeps its entries held, to be removed
+// by the next call; the others are removed, and the error says how many
+// wait. It blocks until every removal has answered or redisCall has passed.
 func (o *outbox) remove(ctx context.Context) error {
 	if o.toRemove == 0 {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, redisCall)
 	defer cancel()
-	var firstErr error
+	type removal struct {
+		sale string
+		ids  []string
+		err  error
+	}
+	rs := make([]removal, 0, len(o.acks))
 	for sale, ids := range o.acks {
-		key := o.keys.Outbox(sale)
-		pipe := o.rdb.TxPipeline()
-		pipe.XAck(cctx, key, Group, ids...)
-		pipe.XDel(cctx, key, ids...)
-		if _, err := pipe.Exec(cctx); err != nil {
+		rs = append(rs, removal{sale: sale, ids: ids})
+	}
+	// The goroutines touch only their own removal; the outbox's maps are
+	// read and changed here, by the owner, before and after.
+	var wg sync.WaitGroup
+	inFlight := make(chan struct{}, removeParallel)
+	for i := range rs {
+		inFlight <- struct{}{}
+		wg.Add(1)
+		go func(r *removal) {
+			defer func() { <-inFlight; wg.Done() }()
+			key := o.keys.Outbox(r.sale)
+			pipe := o.rdb.TxPipeline()
+			pipe.XAck(cctx, key, Group, r.ids...)
+			pipe.XDel(cctx, key, r.ids...)
+			_, r.err = pipe.Exec(cctx)
+		}(&rs[i])
+	}
+	wg.Wait()
+	var firstErr error
+	for _, r := range rs {
+		if r.err != nil {
 			o.n.errs.Add(1)
 			if firstErr == nil {
-				firstErr = err
+				firstErr = r.err
 			}
 			continue
 		}
-		for _, id := range ids {
-			o.untrack(sale, id)
+		for _, id := range r.ids {
+			o.untrack(r.sale, id)
 		}
-		o.n.removed.Add(uint64(len(ids)))
-		o.toRemove -= len(ids)
-		delete(o.acks, sale)
+		o.n.removed.Add(uint64(len(r.ids)))
+		o.toRemove -= len(r.ids)
+		delete(o.acks, r.sale)
 	}
 	if firstErr != nil {
 		return fmt.Errorf("relay: remove confirmed entries, %d still wait: %w", o.toRemove, firstErr)

@@ -2,14 +2,23 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/reconcile"
 	"github.com/flashgate/flashgate/relay"
+	"github.com/flashgate/flashgate/retry"
 )
 
 // The whole path, gateway (with its relay) to MySQL, under a crowd, with
@@ -73,6 +82,203 @@ func TestPipelineGatewayKill9(t *testing.T) {
 	s.waitDrained("crash", 2*time.Minute)
 	s.checkExactlyOnce("crash", accepted)
 	s.checkNoDrift("crash")
+}
+
+// TestPipelineManySales guards invariants 3 and 6 over many sales at once,
+// and invariant 10 ("on Redis Cluster every invariant holds as on one
+// Redis"): a crowd buys from 200 sales together, and the gateway is killed
+// (SIGKILL) mid-burst and started again, so that its relay, and then the
+// new one claiming what the dead one held, read, publish, confirm and
+// remove entries of many sales in the same rounds. On a cluster those
+// outboxes live on every primary: a removal or any other transaction
+// holding two sales is refused (CROSSSLOT), and the relay that retries it
+// stalls every sale behind it. Every sale sells exactly its stock, every
+// order a buyer saw accepted reaches MySQL once, and reconcile finds no
+// drift on any sale.
+func TestPipelineManySales(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(nil)
+	s.startConsumers(2)
+	const sales, stock = 200, 25
+	names := make([]string, sales)
+	for i := range names {
+		names[i] = "m" + strconv.Itoa(i)
+		s.createSale(g, names[i], stock, 1)
+	}
+	s.logSpread(names)
+
+	c := startManyCrowd(t, "http://"+g.public, names, 48)
+	c.waitAccepted(sales*stock/3, time.Minute)
+	g.kill9(t)
+	s.startGateway(g)
+	c.wait()
+	accepted := c.check()
+	for _, sale := range names {
+		if len(accepted[sale]) != stock {
+			t.Fatalf("sale %s: %d buys accepted, want %d (the stock)", sale, len(accepted[sale]), stock)
+		}
+	}
+
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, sale := range names {
+		s.waitDrained(sale, max(time.Until(deadline), time.Second))
+	}
+	for _, sale := range names {
+		s.checkExactlyOnce(sale, accepted[sale])
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := reconcile.Sale(ctx, s.rdb, s.keys, s.db, sale)
+		cancel()
+		if err != nil {
+			t.Fatalf("reconcile %s: %v", sale, err)
+		}
+		if d := r.Drift(); len(d) > 0 {
+			t.Fatalf("reconcile %s: drift %q", sale, d)
+		}
+	}
+	s.checkNoDrift(names[0]) // and the binary's own client agrees
+}
+
+// logSpread logs on how many primaries the sales' outboxes are; on a
+// cluster they must be on more than one, or the test proves nothing there.
+func (s *stack) logSpread(sales []string) {
+	s.t.Helper()
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	per := map[string]int{}
+	for _, sale := range sales {
+		node, err := cc.MasterForKey(ctx, s.keys.Outbox(sale))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		per[node.Options().Addr]++
+	}
+	if len(per) < 2 {
+		s.t.Fatalf("the outboxes of %d sales are all on one primary: %v", len(sales), per)
+	}
+	s.t.Logf("outboxes per primary: %v", per)
+}
+
+// manyCrowd buys from many sales at once until every one has answered
+// sold_out: each buy is a new user on the next sale in turn (skipping the
+// sold-out ones), sent again with the same Idempotency-Key while it gets no
+// answer or a 503, as buyers does. It gives up after three minutes, which
+// fails the test.
+type manyCrowd struct {
+	t        *testing.T
+	mu       sync.Mutex
+	accepted map[string]map[string]string // sale → order id → user
+	soldOut  map[string]bool
+	codes    map[int]int
+	bad      []string
+	n202     atomic.Int64
+	wg       sync.WaitGroup
+	cancel   context.CancelFunc
+}
+
+func startManyCrowd(t *testing.T, base string, sales []string, workers int) *manyCrowd {
+	c := &manyCrowd{t: t, accepted: map[string]map[string]string{}, soldOut: map[string]bool{}, codes: map[int]int{}}
+	for _, sale := range sales {
+		c.accepted[sale] = map[string]string{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	c.cancel = cancel
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	again := retry.Backoff{Min: 20 * time.Millisecond, Max: 20 * time.Millisecond}
+	var next atomic.Int64
+	for range workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				sale, open := c.pick(sales, int(n))
+				if !open {
+					return
+				}
+				user := fmt.Sprintf("c%d", n)
+				err := retry.Until(ctx, again, func(context.Context) error {
+					code, id, body, err := buyOnce(client, base, sale, user)
+					if err != nil || code == 503 {
+						return errNoAnswer
+					}
+					c.record(sale, user, code, id, body)
+					return nil
+				}, nil)
+				if err != nil {
+					c.fail("manyCrowd deadline passed")
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { cancel(); c.wg.Wait(); client.CloseIdleConnections() })
+	return c
+}
+
+// pick returns the first sale from the n-th in turn that is not sold out.
+func (c *manyCrowd) pick(sales []string, n int) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range sales {
+		if sale := sales[(n+i)%len(sales)]; !c.soldOut[sale] {
+			return sale, true
+		}
+	}
+	return "", false
+}
+
+func (c *manyCrowd) record(sale, user string, code int, id, body string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.codes[code]++
+	switch code {
+	case 202:
+		if id == "" {
+			c.bad = append(c.bad, "202 without order id: "+body)
+			return
+		}
+		if _, dup := c.accepted[sale][id]; dup {
+			c.bad = append(c.bad, "order id "+id+" accepted twice")
+		}
+		c.accepted[sale][id] = user
+		c.n202.Add(1)
+	case 410:
+		c.soldOut[sale] = true
+	case 429: // shed: this user goes without
+	default:
+		c.bad = append(c.bad, sale+": "+strconv.Itoa(code)+" "+body)
+	}
+}
+
+func (c *manyCrowd) fail(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bad = append(c.bad, msg)
+}
+
+func (c *manyCrowd) waitAccepted(n int64, timeout time.Duration) {
+	c.t.Helper()
+	waitUntil(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= n })
+}
+
+// wait waits until every sale is sold out (or the manyCrowd gave up).
+func (c *manyCrowd) wait() { c.wg.Wait(); c.cancel() }
+
+// check fails the test on any answer no buyer should get and returns the
+// accepted orders of each sale.
+func (c *manyCrowd) check() map[string]map[string]string {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bad) > 0 {
+		c.t.Fatalf("%d unexpected answers, first ones: %q", len(c.bad), c.bad[:min(len(c.bad), 10)])
+	}
+	c.t.Logf("answers %v", c.codes)
+	return c.accepted
 }
 
 // TestPipelineRabbitMQOutage guards invariant 6: "a restart of RabbitMQ

@@ -32,7 +32,7 @@ type stack struct {
 	id   string
 	env  []string // FLASHGATE_* settings of every process
 	cfg  *config.Config
-	rdb  *redis.Client
+	rdb  redis.UniversalClient // a cluster client on a Redis Cluster
 	db   *sql.DB
 	keys scripts.Keys
 }
@@ -57,11 +57,14 @@ func newStack(t *testing.T, extraEnv ...string) *stack {
 		"FLASHGATE_LOG_LEVEL=info",
 	}, extraEnv)
 
-	s.rdb = redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
+	// Of the Redis the processes get (FLASHGATE_REDIS_ADDRS, one address or
+	// a cluster's nodes), as they build it.
+	s.rdb = localstack.NewRedis(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	if err := localstack.Ping(ctx, s.rdb); err != nil {
+		_ = s.rdb.Close()
+		t.Fatal(err)
 	}
 	db, err := orderdb.Open(cfg.MySQL, nil)
 	if err != nil {
@@ -181,12 +184,16 @@ func (s *stack) waitDrained(sale string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
+	last := "nothing read" // the figures of the last look that had time to read them
 	err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}, func(ctx context.Context) error {
 		sold, _ := s.rdb.HGet(ctx, s.keys.Meta(sale), "sold").Int64()
 		outbox := s.rdb.XLen(ctx, s.keys.Outbox(sale)).Val()
 		_, units := s.count(sale)
 		if sold > 0 && units == sold && outbox == 0 {
 			return nil
+		}
+		if ctx.Err() == nil {
+			last = fmt.Sprintf("Redis sold %d, outbox %d entries, MySQL %d units", sold, outbox, units)
 		}
 		if time.Since(start) > 15*time.Second && outbox > 0 {
 			if groups, err := s.rdb.XInfoGroups(ctx, s.keys.Outbox(sale)).Result(); err == nil && len(groups) == 0 {
@@ -196,7 +203,7 @@ func (s *stack) waitDrained(sale string, timeout time.Duration) {
 		return fmt.Errorf("Redis sold %d, outbox %d entries, MySQL %d units", sold, outbox, units)
 	}, nil)
 	if err != nil {
-		s.t.Fatalf("not drained after %v: %v", time.Since(start).Round(time.Second), err)
+		s.t.Fatalf("sale %s not drained after %v: %v (%s)", sale, time.Since(start).Round(time.Second), err, last)
 	}
 }
 

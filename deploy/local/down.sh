@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# deploy/local/down.sh: `make down`. Stops the three servers cleanly (in
-# parallel) and the epmd that RabbitMQ started; data stays in .run/.
+# deploy/local/down.sh: `make down`. Stops the three servers and the local
+# Redis Cluster of `make up-cluster` cleanly (in parallel) and the epmd that
+# RabbitMQ started; data stays in .run/.
 set -Eeuo pipefail
 
 # shellcheck source=deploy/local/lib.sh
@@ -12,6 +13,8 @@ for svc in "${FG_SERVICES[@]}"; do
 	"$FG_LOCAL_DIR/service.sh" stop "$svc" &
 	pids+=($!)
 done
+"$FG_LOCAL_DIR/cluster.sh" stop &
+pids+=($!)
 rc=0
 for pid in "${pids[@]}"; do
 	wait "$pid" || rc=1

@@ -8,12 +8,14 @@ FG_RUN="$FG_ROOT/.run"
 
 FG_SERVICES=(redis rabbitmq mariadb)
 
-# Ports and credentials: FG_REDIS_PORT, FG_RABBITMQ_*, FG_EPMD_PORT,
-# FG_MARIADB_{PORT,DB,USER,PASSWORD}. Shell variables, not exported.
+# Ports and credentials: FG_REDIS_PORT, FG_REDIS_CLUSTER_PORTS,
+# FG_RABBITMQ_*, FG_EPMD_PORT, FG_MARIADB_{PORT,DB,USER,PASSWORD}. Shell
+# variables, not exported.
 # shellcheck source=deploy/local/stack.env
 . "$FG_LOCAL_DIR/stack.env"
 
 FG_REDIS_DIR="$FG_RUN/redis"
+FG_REDIS_CLUSTER_DIR="$FG_RUN/redis-cluster"
 
 FG_MARIADB_DIR="$FG_RUN/mariadb"
 FG_MARIADB_DATA="$FG_MARIADB_DIR/data"

@@ -149,17 +149,20 @@ func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx 
 // holds several addresses).
 func Cluster() bool { return len(RedisAddrs) > 1 }
 
-// NewRedis returns a client of RedisAddrs with o's other settings: a
-// cluster client when there are several addresses, as the binary builds it
-// (cmd/flashgate's newRedis), else a client of one Redis. The caller closes
-// it. o may be nil.
+// NewRedis returns a client as the binary builds it (cmd/flashgate's
+// newRedis) of o.Addrs, or of RedisAddrs when o names none: a cluster
+// client when there are several addresses, else a client of one Redis, with
+// o's other settings. The caller closes it. o may be nil.
 func NewRedis(o *redis.UniversalOptions) redis.UniversalClient {
 	var opt redis.UniversalOptions
 	if o != nil {
 		opt = *o
 	}
-	opt.Addrs = append([]string(nil), RedisAddrs...)
-	opt.IsClusterMode = Cluster()
+	if len(opt.Addrs) == 0 {
+		opt.Addrs = RedisAddrs
+	}
+	opt.Addrs = append([]string(nil), opt.Addrs...)
+	opt.IsClusterMode = len(opt.Addrs) > 1
 	return redis.NewUniversalClient(&opt)
 }
 
@@ -186,12 +189,12 @@ func Redis(tb testing.TB) redis.UniversalClient {
 // machine.
 func Ping(ctx context.Context, rdb redis.UniversalClient) error {
 	hint := "run `make up`"
-	if Cluster() {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
 		hint = "run `make up-cluster`"
 	}
 	err := ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
 		if err := node.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("%s: %w", nodeAddr(node), err)
+			return fmt.Errorf("%s: %w", addrsOf(node), err)
 		}
 		return nil
 	})
@@ -199,14 +202,18 @@ func Ping(ctx context.Context, rdb redis.UniversalClient) error {
 		err = rdb.Ping(ctx).Err()
 	}
 	if err != nil {
-		return fmt.Errorf("Redis at %s does not answer (%s): %w", strings.Join(RedisAddrs, ","), hint, err)
+		return fmt.Errorf("Redis at %s does not answer (%s): %w", addrsOf(rdb), hint, err)
 	}
 	return nil
 }
 
-func nodeAddr(c redis.UniversalClient) string {
-	if c, ok := c.(*redis.Client); ok {
+// addrsOf names the address(es) a client was given.
+func addrsOf(c redis.UniversalClient) string {
+	switch c := c.(type) {
+	case *redis.Client:
 		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
 	}
 	return strings.Join(RedisAddrs, ",")
 }

@@ -1,6 +1,7 @@
 // Package localstack is the local stack of `make up` as the tests see it:
 // where the services are (config's defaults, which its test holds to
-// deploy/local/stack.env, unless the environment points elsewhere), a
+// deploy/local/stack.env, unless the environment points elsewhere: with
+// several Redis addresses, a Redis Cluster and cluster clients), a
 // corner of them for each test (a key prefix, a topology, a scratch
 // database, removed when the test ends), the lock that keeps fault tests
 // (which stop and restart RabbitMQ and MariaDB) from running while other

@@ -71,7 +71,7 @@ func keysByNode(t *testing.T, ctx context.Context, rdb redis.UniversalClient, pr
 		}
 		if n > 0 {
 			mu.Lock()
-			out[nodeAddr(node)] = n
+			out[addrsOf(node)] = n
 			mu.Unlock()
 		}
 		return iter.Err()
