@@ -192,7 +192,9 @@ func loopback(host string) bool {
 // Run runs one flash sale against the stack named by o and returns its
 // report. It blocks until the load has stopped and the orders have reached
 // MySQL (or DrainTimeout passed); when ctx is cancelled it stops the load at
-// once and still reports on what was sent, without waiting for MySQL.
+// once and still reports on what was sent, without waiting for MySQL. The
+// checks count only once every request sent has its answer or has run out
+// of Timeout: a slow last answer is waited for, never left out.
 //
 // A failed invariant is not an error: it is in the report (Report.Err).
 // The error is for a run that could not take place: bad Options (wrapping
@@ -241,7 +243,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// What follows must happen even after an interrupt, but bounded.
 	post := context.WithoutCancel(ctx)
-	f := Figures{Limit: o.Limit, MySQL: !o.NoMySQL, Unanswered: rep.unanswered}
+	// Counted only now: l.run has returned, so every request sent has its
+	// answer or has timed out.
+	f := Figures{Limit: o.Limit, MySQL: !o.NoMySQL, Unanswered: rep.unanswered, Unavailable: l.counts[oUnavailable].Load()}
 	l.ledger.figures(&f)
 	rep.Replays = l.ledger.replays
 	pay.run(ctx, post, l, rep, &f)

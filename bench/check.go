@@ -36,9 +36,13 @@ type Figures struct {
 	DupOrderIDs    int64 `json:"dup_order_ids"`    // order ids answered 202 twice, other than an Idempotency-Key replay
 	IdemReserved   int64 `json:"idem_reserved"`    // Idempotency-Keys that were answered with two different order ids
 	// Unanswered counts requests that ended without any answer (timeout,
-	// reset): they may have reserved a unit nobody was told about, so
-	// figures from the 202s are allowed to fall short by that much.
-	Unanswered int64 `json:"unanswered"`
+	// reset), and Unavailable those answered 503 unavailable: the gateway
+	// gave up on Redis in time (API.md: nothing was promised), but the
+	// script it had sent may still have run. Either may have reserved a
+	// unit nobody was told about, so figures from the 202s are allowed to
+	// fall short of Redis's and MySQL's by that much, and no more.
+	Unanswered  int64 `json:"unanswered"`
+	Unavailable int64 `json:"unavailable"`
 
 	// From Redis, through the admin view.
 	RedisErr       string `json:"redis_error,omitempty"` // why the view could not be read; empty when it was
@@ -87,14 +91,20 @@ func Verify(f Figures) []Check {
 		}
 		out = append(out, Check{Name: name, Result: r, Detail: fmt.Sprintf(detail, args...)})
 	}
-	// upTo reports whether got is want, or, with unanswered requests,
-	// between want and want+Unanswered.
+	// upTo reports whether got is want, or, with answers that may hide a
+	// reservation, between want and want plus their number.
+	unknown := f.Unanswered + f.Unavailable
 	upTo := func(want, got int64) bool {
-		return got == want || (got > want && got-want <= f.Unanswered)
+		return got == want || (got > want && got-want <= unknown)
 	}
 	slack := ""
-	if f.Unanswered > 0 {
+	switch {
+	case f.Unanswered > 0 && f.Unavailable > 0:
+		slack = fmt.Sprintf(" (%d requests got no answer and %d got 503, either may have reserved; allowed for)", f.Unanswered, f.Unavailable)
+	case f.Unanswered > 0:
 		slack = fmt.Sprintf(" (%d requests got no answer; allowed for)", f.Unanswered)
+	case f.Unavailable > 0:
+		slack = fmt.Sprintf(" (%d requests got 503, which may have reserved; allowed for)", f.Unavailable)
 	}
 
 	const ledger, soldName = "Redis: sold + remaining = stock, remaining ≥ 0", "accepted units = Redis sold"
@@ -152,7 +162,7 @@ func Verify(f Figures) []Check {
 		add(mysqlChecks[2], f.MySQLUsersOverLimit == 0, "%d users over %d", f.MySQLUsersOverLimit, f.Limit)
 		add(mysqlChecks[3], f.MySQLDistinct == f.MySQLRows, "%d rows, %d distinct order ids", f.MySQLRows, f.MySQLDistinct)
 		add(mysqlChecks[4], f.MissingInMySQL == 0, "%d missing", f.MissingInMySQL)
-		add(mysqlChecks[5], f.ExtraInMySQL <= f.Unanswered, "%d rows no 202 announced%s", f.ExtraInMySQL, slack)
+		add(mysqlChecks[5], f.ExtraInMySQL <= unknown, "%d rows no 202 announced%s", f.ExtraInMySQL, slack)
 		if f.Payment {
 			add(mysqlChecks[6], f.MySQLStateWrong == 0, "%d of %d orders differ", f.MySQLStateWrong, f.AcceptedOrders)
 		}
@@ -165,8 +175,8 @@ func Verify(f Figures) []Check {
 // order; after the window plus 2 s no order awaits payment; Redis sold
 // exactly the paid units, so every unpaid order's units are back in
 // remaining; and no buyer paid for more than the limit. A request that got
-// no answer may have left an order nobody knew of: it is not paid, so it
-// expires and changes none of these.
+// no answer, or a 503, may have left an order nobody knew of: it is not
+// paid, so it expires and changes none of these.
 func verifyPayment(f Figures) []Check {
 	var out []Check
 	add := func(name string, ok bool, detail string, args ...any) {

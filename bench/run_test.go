@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -171,9 +172,13 @@ func TestRunRefusesAnExistingSale(t *testing.T) {
 	}
 }
 
-// TestRunCatchesAnOversellingGateway points the bench at a fake gateway that
-// accepts everything and reuses order ids: the checks must fail.
-func TestRunCatchesAnOversellingGateway(t *testing.T) {
+// startFake serves the part of the gateway's and admin API the bench uses
+// on 127.0.0.1:0, with buy answering the n-th buy (from 1) and the admin
+// view saying stock and sold. It is for tests of the bench's own counting:
+// what a real gateway does is tested against a real one. It stops, and
+// every handler has returned, when the test ends.
+func startFake(t *testing.T, stock, sold int64, buy func(n int64, w http.ResponseWriter, r *http.Request)) string {
+	t.Helper()
 	var created atomic.Bool
 	var n atomic.Int64
 	mux := http.NewServeMux()
@@ -189,22 +194,52 @@ func TestRunCatchesAnOversellingGateway(t *testing.T) {
 			fmt.Fprint(w, `{"status":"not_found"}`)
 			return
 		}
-		fmt.Fprint(w, `{"status":"ok","stock":10,"sold":10,"remaining":0}`)
+		fmt.Fprintf(w, `{"status":"ok","stock":%d,"sold":%d,"remaining":%d}`, stock, sold, stock-sold)
 	})
-	mux.HandleFunc("POST /v1/sales/{sale}/orders", func(w http.ResponseWriter, _ *http.Request) {
-		i := n.Add(1)
-		w.WriteHeader(202)
-		fmt.Fprintf(w, `{"status":"accepted","order_id":"o%d"}`, i%50) // ids repeat
+	// Every buy's context also ends when the test does, so that a buy
+	// held back returns.
+	all, endAll := context.WithCancel(context.Background())
+	mux.HandleFunc("POST /v1/sales/{sale}/orders", func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end: only then does the server watch the connection
+		// and end r's context when the client gives up on it.
+		io.Copy(io.Discard, r.Body)
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(all, cancel)
+		defer stop()
+		buy(n.Add(1), w, r.WithContext(ctx))
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	base := "http://" + ln.Addr().String()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		endAll()
+		// Shutdown returns once every handler has.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("fake gateway: %v", err)
+			srv.Close()
+		}
+		<-served
+	})
+	return "http://" + ln.Addr().String()
+}
 
+// TestRunCatchesAnOversellingGateway points the bench at a fake gateway that
+// accepts everything and reuses order ids: the checks must fail.
+func TestRunCatchesAnOversellingGateway(t *testing.T) {
+	base := startFake(t, 10, 10, func(i int64, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(202)
+		fmt.Fprintf(w, `{"status":"accepted","order_id":"o%d"}`, i%50) // ids repeat
+	})
 	rep, err := Run(context.Background(), Options{URL: base, AdminURL: base, NoMySQL: true,
 		Stock: 10, Users: 5, Conns: 4, UntilSoldOut: true, Duration: 300 * time.Millisecond, MaxDuration: 2 * time.Second})
 	if err != nil {
@@ -219,6 +254,99 @@ func TestRunCatchesAnOversellingGateway(t *testing.T) {
 	}
 	if !errors.Is(rep.Err(), ErrFailed) {
 		t.Errorf("Report.Err = %v", rep.Err())
+	}
+}
+
+// TestRunWaitsForSlowLastAnswers: the verdict is the bench's count of every
+// answer to every request it sent. A fake gateway of 10 units answers the
+// first buys at once and the next few (the last units) late: only after it
+// has answered sold_out to the following buys, which stops the load. Those
+// late answers are counted, whatever they are, so that they make no check
+// fail that should pass (late 202s for the last units; 503s from a gateway
+// whose script reserved after its Redis timeout, or no answer at all within
+// the client's timeout, either of which may hide a reservation) and none
+// pass that should fail (late 202s repeating order ids; more units sold
+// than the late answers can account for).
+func TestRunWaitsForSlowLastAnswers(t *testing.T) {
+	const stock = 10
+	tests := []struct {
+		name       string
+		fast, slow int64  // buys answered 202 at once, then buys answered late
+		late       string // the late answer: "202", "202 dup" (an earlier order id), "503", "none"
+		outcome    string // the outcome the late answers count as
+		sold       int64  // what the fake's Redis says it sold
+		failed     []string
+	}{
+		{"late 202s for the last units", 7, 3, "202", "accepted", 10, nil},
+		{"late 202s repeating order ids", 7, 3, "202 dup", "accepted", 7, []string{"no duplicate order id (202s)"}},
+		{"late 503s after the script reserved", 7, 3, "503", "unavailable", 10, nil},
+		{"late 503s account for no more than their number", 6, 3, "503", "unavailable", 10, []string{"accepted units = Redis sold"}},
+		{"no answer within the client timeout", 7, 3, "none", "error", 10, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			released := make(chan struct{})
+			var soldOut sync.Once
+			base := startFake(t, stock, tt.sold, func(i int64, w http.ResponseWriter, r *http.Request) {
+				if i > tt.fast+tt.slow {
+					w.WriteHeader(410)
+					fmt.Fprint(w, `{"status":"sold_out"}`)
+					// The late answers leave well after this one
+					// has stopped the load.
+					soldOut.Do(func() { time.AfterFunc(300*time.Millisecond, func() { close(released) }) })
+					return
+				}
+				id := i
+				if i > tt.fast {
+					select {
+					case <-released:
+					case <-r.Context().Done():
+						return
+					}
+					switch tt.late {
+					case "none":
+						<-r.Context().Done() // until the client gives up
+						return
+					case "503":
+						w.WriteHeader(503)
+						fmt.Fprint(w, `{"status":"unavailable"}`)
+						return
+					case "202 dup":
+						id = i - tt.fast
+					}
+				}
+				w.WriteHeader(202)
+				fmt.Fprintf(w, `{"status":"accepted","order_id":"o%d"}`, id)
+			})
+			rep, err := Run(context.Background(), Options{URL: base, AdminURL: base, NoMySQL: true, NoKeys: true,
+				Stock: stock, Users: 100, Conns: 8, UntilSoldOut: true, MaxDuration: 10 * time.Second, Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logReport(t, rep)
+			failed := slices.Clone(tt.failed)
+			slices.Sort(failed)
+			if got := failedNames(rep.Checks); !slices.Equal(got, failed) {
+				t.Errorf("failed %q, want %q", got, failed)
+			}
+			if rep.StoppedBy != "sold-out" {
+				t.Errorf("stopped by %q, want sold-out", rep.StoppedBy)
+			}
+			// Every late answer counted, none left out.
+			want := tt.slow
+			if tt.outcome == "accepted" {
+				want += tt.fast
+			}
+			var got int64
+			for _, o := range rep.Outcomes {
+				if o.Status == tt.outcome {
+					got = o.Count
+				}
+			}
+			if got != want {
+				t.Errorf("%d answers counted %s, want %d", got, tt.outcome, want)
+			}
+		})
 	}
 }
 
