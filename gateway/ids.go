@@ -10,20 +10,6 @@ import (
 	"sync/atomic"
 )
 
-// validIdemKey reports whether k is a valid Idempotency-Key: 1–128 printable
-// ASCII characters.
-func validIdemKey(k []byte) bool {
-	if len(k) == 0 || len(k) > 128 {
-		return false
-	}
-	for _, c := range k {
-		if c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
 // orderIDs makes order ids that are unique and that nobody can guess from
 // another: the order status endpoint answers anyone who knows an id, so an id
 // one step from a buyer's own must not be someone else's order.

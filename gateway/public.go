@@ -8,6 +8,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/order"
 )
 
 // servePublic routes the public listener.
@@ -108,7 +110,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 	if k, n := headerValues(&ctx.Request.Header, "Idempotency-Key"); n > 1 {
 		return write(ctx, replyDuplicateIdemKey)
 	} else if n == 1 {
-		if !validIdemKey(k) {
+		if !order.ValidIdemKey(k) {
 			return write(ctx, badRequest("Idempotency-Key must be 1-128 printable ASCII characters"))
 		}
 		idem = string(k)

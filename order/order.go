@@ -16,7 +16,10 @@
 // ignored, so that a newer relay may add fields before every consumer knows
 // them; the first five fields are required. state and pay_by are optional,
 // so that a message of a relay older than payment windows still decodes: no
-// state is confirmed, no pay_by (absent, null or 0) is none.
+// state is confirmed, no pay_by (absent, null or 0) is none. So are seq (the
+// sale's event number, 0 or absent: unknown) and idempotency_key (the
+// reservation's Idempotency-Key; absent: none), which let a rolled-back
+// Redis be repaired from MySQL.
 package order
 
 import (
@@ -54,7 +57,19 @@ type Order struct {
 	// PayBy is the payment deadline of an order that had one (millisecond
 	// precision, UTC); zero: none.
 	PayBy time.Time
+	// Seq is the sale's event number of this snapshot: the scripts count
+	// every outbox entry of a sale (a reservation, a change of state), so
+	// that MySQL can tell which events a rolled-back Redis has forgotten
+	// (package repair). 0: unknown (a relay older than the count).
+	Seq int64
+	// IdemKey is the Idempotency-Key the buyer sent with the reservation,
+	// "" for none; kept in MySQL so that a rolled-back Redis can be given
+	// its keys back. Only the reservation's snapshot carries it.
+	IdemKey string
 }
+
+// MaxIdemKey is the longest Idempotency-Key a buy may carry (API.md).
+const MaxIdemKey = 128
 
 // wire is the JSON form. Pointers tell a missing field from a zero one.
 type wire struct {
@@ -65,6 +80,8 @@ type wire struct {
 	ReservedAt *int64  `json:"reserved_at"`
 	State      *string `json:"state,omitempty"`
 	PayBy      *int64  `json:"pay_by,omitempty"`
+	Seq        *int64  `json:"seq,omitempty"`
+	IdemKey    *string `json:"idempotency_key,omitempty"`
 }
 
 // Validate reports whether o can be stored: ids by ValidID, a quantity from
@@ -87,6 +104,10 @@ func (o Order) Validate() error {
 		return fmt.Errorf("%w: state %q", ErrMalformed, clip(o.State))
 	case !o.PayBy.IsZero() && o.PayBy.UnixMilli() <= 0:
 		return fmt.Errorf("%w: pay_by %d", ErrMalformed, o.PayBy.UnixMilli())
+	case o.Seq < 0:
+		return fmt.Errorf("%w: seq %d", ErrMalformed, o.Seq)
+	case o.IdemKey != "" && !ValidIdemKey(o.IdemKey):
+		return fmt.Errorf("%w: idempotency_key %q", ErrMalformed, clip(o.IdemKey))
 	}
 	return nil
 }
@@ -107,6 +128,12 @@ func (o Order) Marshal() ([]byte, error) {
 	if !o.PayBy.IsZero() {
 		pb := o.PayBy.UnixMilli()
 		w.PayBy = &pb
+	}
+	if o.Seq > 0 {
+		w.Seq = &o.Seq
+	}
+	if o.IdemKey != "" {
+		w.IdemKey = &o.IdemKey
 	}
 	return json.Marshal(w)
 }
@@ -156,6 +183,12 @@ func Unmarshal(body []byte) (Order, error) {
 			return Order{}, fmt.Errorf("%w: pay_by %d", ErrMalformed, *w.PayBy)
 		}
 		o.PayBy = time.UnixMilli(*w.PayBy).UTC()
+	}
+	if w.Seq != nil {
+		o.Seq = *w.Seq
+	}
+	if w.IdemKey != nil {
+		o.IdemKey = *w.IdemKey
 	}
 	return o, o.Validate()
 }
@@ -226,7 +259,36 @@ func FromStream(values map[string]any) (Order, error) {
 			o.PayBy = time.UnixMilli(ms).UTC()
 		}
 	}
+	if _, ok := values["seq"]; ok {
+		sq, err := str("seq")
+		if err != nil {
+			return Order{}, err
+		}
+		if o.Seq, err = strconv.ParseInt(sq, 10, 64); err != nil || o.Seq < 0 {
+			return Order{}, fmt.Errorf("%w: seq %q", ErrMalformed, clip(sq))
+		}
+	}
+	if _, ok := values["idem"]; ok {
+		if o.IdemKey, err = str("idem"); err != nil {
+			return Order{}, err
+		}
+	}
 	return o, o.Validate()
+}
+
+// ValidIdemKey reports whether k is an Idempotency-Key as the buy API takes
+// one: 1 to MaxIdemKey printable ASCII characters (space included). Like
+// ValidID it takes bytes or a string and allocates nothing.
+func ValidIdemKey[T ~string | ~[]byte](k T) bool {
+	if len(k) == 0 || len(k) > MaxIdemKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // IDRule is the id rule in words, for the messages that refuse an id.
