@@ -53,7 +53,7 @@ func startGateway(t *testing.T) *testGateway {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
 	}
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}

@@ -195,7 +195,7 @@ var luaRound atomic.Int64
 func benchLua(b *testing.B) {
 	rdb, prefix := benchRedis(b)
 	ctx := context.Background()
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: prefix})
 	if _, err := loader.Load(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -260,3 +260,25 @@ func (s *Session) Close() error {
 	<-s.done
 	return err
 }
+
+// Ready returns how many messages are ready in the orders queue (passive
+// declare; messages delivered and not yet acknowledged are not counted). It
+// opens a connection of its own and closes it, bounded by ctx.
+func Ready(ctx context.Context, c config.AMQP, name string) (int, error) {
+	conn, err := Dial(ctx, c.URL, name)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.CloseDeadline(time.Now().Add(closeWait)) //nolint:errcheck // nothing to do about it
+	stop := context.AfterFunc(ctx, func() { conn.CloseDeadline(time.Now().Add(closeWait)) }) //nolint:errcheck // unblocks the calls below
+	defer stop()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("broker: open channel: %w", err)
+	}
+	q, err := ch.QueueDeclarePassive(c.Queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("broker: queue %s: %w", c.Queue, err)
+	}
+	return q.Messages, nil
+}

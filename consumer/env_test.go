@@ -60,7 +60,7 @@ func newEnv(t *testing.T) *env {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
 	}
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		rdb.Close()
 		t.Fatal(err)
 	}
-	loader := scripts.New(rdb, cfg.Scripts.Dir)
+	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}

@@ -483,7 +483,7 @@ func TestGatewayChild(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0], PoolSize: 8})
 	defer rdb.Close()
 	defer localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	if _, err := loader.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}

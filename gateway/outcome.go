@@ -35,6 +35,9 @@ var (
 	// ErrUnavailable wraps every failure to reach Redis in time, and every
 	// reply the gateway cannot read: either way it promised nothing.
 	ErrUnavailable = errors.New("redis unavailable")
+	// errRepairing is a sale held after a Redis restart or failover until
+	// it has been checked against MySQL (scripts' hold, package repair).
+	errRepairing = fmt.Errorf("%w: the sale is held until it is checked against MySQL after a Redis restart", ErrUnavailable)
 )
 
 // outcome maps a code of the Lua scripts to its sentinel; CodeOK is nil.
@@ -77,6 +80,8 @@ func outcome(code scripts.Code) error {
 		return ErrOrderExpired
 	case scripts.CodeOrderConfirmed:
 		return ErrOrderConfirmed
+	case scripts.CodeRepairing:
+		return errRepairing
 	default:
 		// An order id collision, or a code of a script the gateway does not
 		// understand. Neither promised anything to the buyer.

@@ -607,7 +607,7 @@ func newTestStore(t *testing.T, prefix string) (*Store, redis.UniversalClient) {
 	rdb := redis.NewClient(&redis.Options{Addr: strings.Split(redisAddr(), ",")[0], PoolSize: 16})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: prefix})
 	if _, err := loader.Load(ctx); err != nil {
 		rdb.Close()
 		t.Fatalf("load scripts (run `make up`): %v", err)

@@ -20,7 +20,7 @@ func TestReloadAudit(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr})
 	defer rdb.Close()
 	core, logs := observer.New(zapcore.InfoLevel)
-	loader := scripts.New(rdb, "")
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: "t" + localstack.RandomHex(5)})
 	reload := AuditedReload(zap.New(core), loader)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -39,8 +39,8 @@ func TestReloadAudit(t *testing.T) {
 	}
 	old, _ := second["old"].(map[string]string)
 	nw, _ := second["new"].(map[string]string)
-	if len(old) != 4 || len(nw) != 4 || old["reserve"] != nw["reserve"] || nw["reserve"] == "" || nw["order"] == "" {
-		t.Errorf("old %v, new %v: want the four scripts' SHAs, unchanged", old, nw)
+	if len(old) != 6 || len(nw) != 6 || old["reserve"] != nw["reserve"] || nw["reserve"] == "" || nw["order"] == "" {
+		t.Errorf("old %v, new %v: want the six scripts' SHAs, unchanged", old, nw)
 	}
 	if first, _ := events[0].ContextMap()["old"].(map[string]string); len(first) != 0 {
 		t.Errorf("the first load had an old set: %v", first)

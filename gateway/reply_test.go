@@ -96,7 +96,7 @@ func TestDecodeAdmin(t *testing.T) {
 }
 
 // Every code the scripts can answer has its outcome; only an order id
-// collision (and codes no script has) is 503.
+// collision, a sale held for repair (and codes no script has) are 503.
 func TestOutcomeOfEveryCode(t *testing.T) {
 	seen := map[error]scripts.Code{}
 	for c := scripts.Code(0); c.Known(); c++ {
@@ -106,7 +106,7 @@ func TestOutcomeOfEveryCode(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", c, err)
 			}
-		case c == scripts.CodeOrderIDCollision:
+		case c == scripts.CodeOrderIDCollision || c == scripts.CodeRepairing:
 			if !errors.Is(err, ErrUnavailable) {
 				t.Errorf("%s: %v, want ErrUnavailable", c, err)
 			}
@@ -127,7 +127,7 @@ func TestOutcomeOfEveryCode(t *testing.T) {
 func TestMalformedScriptReplyIs503(t *testing.T) {
 	dir := t.TempDir()
 	builtin := map[string][]byte{}
-	for _, name := range []string{scripts.Reserve, scripts.Admin, scripts.Mark, scripts.Order} {
+	for _, name := range scripts.Names() {
 		src, err := os.ReadFile(filepath.Join("..", "scripts", "lua", name+".lua"))
 		if err != nil {
 			t.Fatal(err)

@@ -15,11 +15,6 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// idemTTL is how long the Idempotency-Key of an accepted reservation is
-// kept, so that a repeat replays its answer. A refusal keeps no key:
-// reserve.lua says why.
-const idemTTL = 24 * time.Hour
-
 // Store is the gateway's view of Redis: reservations, sale operations and
 // the life of an order (pay, cancel, expiry), each one script call. It is
 // safe for concurrent use.
@@ -64,7 +59,7 @@ func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out 
 	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale),
 		s.keys.Orders(sale), s.keys.Due(sale)
 	args := make([]any, 2, 2+4*len(rs))
-	args[0], args[1] = sale, int64(idemTTL/time.Second)
+	args[0], args[1] = sale, int64(scripts.IdemTTL/time.Second)
 	for _, r := range rs {
 		ik := 0
 		if r.IdemKey != "" {

@@ -21,6 +21,10 @@ func TestRoundTrip(t *testing.T) {
 	pending.PayBy = time.UnixMilli(1735689720123).UTC()
 	unset := valid()
 	unset.State = ""
+	reservation := pending
+	reservation.Seq, reservation.IdemKey = 42, `key 1 "<&>" \`
+	change := valid()
+	change.State, change.Seq = StateCancelled, 43
 	tests := []struct {
 		name string
 		o    Order
@@ -36,6 +40,13 @@ func TestRoundTrip(t *testing.T) {
 		{"no state is confirmed", unset,
 			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"confirmed"}`,
 			valid()},
+		{"a reservation with seq and idempotency key", reservation,
+			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"pending_payment","pay_by":1735689720123,` +
+				`"seq":42,"idempotency_key":"key 1 \"\u003c\u0026\u003e\" \\"}`,
+			reservation},
+		{"a change of state with seq, no key", change,
+			`{"order_id":"0123456789abcdef-1","sale_id":"sale-1","user_id":"u@x.com","quantity":2,"reserved_at":1735689600123,"state":"cancelled","seq":43}`,
+			change},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +105,37 @@ func TestUnmarshalState(t *testing.T) {
 	}
 }
 
+// seq and idempotency_key decode as sent; a message without them (a relay
+// older than the count) has seq 0 and no key.
+func TestUnmarshalSeq(t *testing.T) {
+	const head = `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1`
+	tests := []struct {
+		name, tail string
+		seq        int64
+		key        string
+	}{
+		{"old message", `}`, 0, ""},
+		{"seq and key", `,"seq":7,"idempotency_key":"k-7"}`, 7, "k-7"},
+		{"a seq beyond float64 precision", `,"state":"paid","seq":9007199254740993}`, 9007199254740993, ""},
+		{"seq 0 is unknown", `,"seq":0}`, 0, ""},
+		{"seq null is unknown", `,"seq":null}`, 0, ""},
+		{"key null is none", `,"idempotency_key":null}`, 0, ""},
+		{"the longest key", `,"idempotency_key":"` + strings.Repeat("k", MaxIdemKey) + `"}`, 0, strings.Repeat("k", MaxIdemKey)},
+		{"a key with escapes", `,"idempotency_key":" ~!\"#\\/\u0041"}`, 0, ` ~!"#\/A`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := Unmarshal([]byte(head + tt.tail))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Seq != tt.seq || o.IdemKey != tt.key {
+				t.Fatalf("seq %d key %q; want %d %q", o.Seq, o.IdemKey, tt.seq, tt.key)
+			}
+		})
+	}
+}
+
 func TestUnmarshal(t *testing.T) {
 	tests := []struct {
 		name, body string
@@ -130,6 +172,16 @@ func TestUnmarshal(t *testing.T) {
 		{"pay_by negative", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"pending_payment","pay_by":-1}`, false},
 		{"pay_by a string", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"pay_by":"soon"}`, false},
 		{"pay_by fraction", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"pay_by":1.5}`, false},
+		{"seq and key", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":3,"idempotency_key":"k"}`, true},
+		{"seq negative", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":-1}`, false},
+		{"seq fraction", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":1.5}`, false},
+		{"seq a string", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":"3"}`, false},
+		{"seq too big", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":9223372036854775808}`, false},
+		{"key a number", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"idempotency_key":5}`, false},
+		{"key too long", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"idempotency_key":"` + strings.Repeat("k", MaxIdemKey+1) + `"}`, false},
+		{"key with a newline", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"idempotency_key":"a\nb"}`, false},
+		{"key with DEL", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"idempotency_key":"a\u007fb"}`, false},
+		{"key not ASCII", `{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"idempotency_key":"clé"}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,6 +213,10 @@ func TestFromStream(t *testing.T) {
 		}
 		return o
 	}
+	withSeq := func(o Order, seq int64, key string) Order {
+		o.Seq, o.IdemKey = seq, key
+		return o
+	}
 	tests := []struct {
 		name   string
 		change func(m map[string]any)
@@ -175,6 +231,23 @@ func TestFromStream(t *testing.T) {
 		{"cancelled", func(m map[string]any) { m["state"], m["pay_by"] = "cancelled", "0" }, true, with(StateCancelled, 0)},
 		{"expired", func(m map[string]any) { m["state"], m["pay_by"] = "expired", "9" }, true, with(StateExpired, 9)},
 		{"state without pay_by", func(m map[string]any) { m["state"] = "paid" }, true, with(StatePaid, 0)},
+		{"a reservation with seq and idem", func(m map[string]any) {
+			m["state"], m["pay_by"], m["seq"], m["idem"] = "pending_payment", "1735689720123", "17", "key 17"
+		}, true, withSeq(with(StatePendingPayment, 1735689720123), 17, "key 17")},
+		{"a change of state with seq", func(m map[string]any) { m["state"], m["pay_by"], m["seq"] = "paid", "0", "18" }, true,
+			withSeq(with(StatePaid, 0), 18, "")},
+		{"seq 0", func(m map[string]any) { m["seq"] = "0" }, true, base},
+		{"the largest seq", func(m map[string]any) { m["seq"] = "9223372036854775807" }, true, withSeq(base, 9223372036854775807, "")},
+		{"seq not a number", func(m map[string]any) { m["seq"] = "x" }, false, Order{}},
+		{"seq empty", func(m map[string]any) { m["seq"] = "" }, false, Order{}},
+		{"seq negative", func(m map[string]any) { m["seq"] = "-1" }, false, Order{}},
+		{"seq fraction", func(m map[string]any) { m["seq"] = "1.5" }, false, Order{}},
+		{"seq too big", func(m map[string]any) { m["seq"] = "9223372036854775808" }, false, Order{}},
+		{"seq not a string", func(m map[string]any) { m["seq"] = int64(3) }, false, Order{}},
+		{"idem too long", func(m map[string]any) { m["idem"] = strings.Repeat("k", MaxIdemKey+1) }, false, Order{}},
+		{"idem with a control character", func(m map[string]any) { m["idem"] = "a\tb" }, false, Order{}},
+		{"idem not ASCII", func(m map[string]any) { m["idem"] = "clé" }, false, Order{}},
+		{"idem not a string", func(m map[string]any) { m["idem"] = int64(3) }, false, Order{}},
 		{"unknown state", func(m map[string]any) { m["state"] = "P" }, false, Order{}},
 		{"empty state", func(m map[string]any) { m["state"] = "" }, false, Order{}},
 		{"state not a string", func(m map[string]any) { m["state"] = int64(1) }, false, Order{}},
@@ -220,6 +293,9 @@ func TestMarshalRejectsInvalid(t *testing.T) {
 		{"quantity zero", func(o *Order) { o.Quantity = 0 }},
 		{"unknown state", func(o *Order) { o.State = "shipped" }},
 		{"pay_by before the epoch", func(o *Order) { o.PayBy = time.UnixMilli(-1) }},
+		{"seq negative", func(o *Order) { o.Seq = -1 }},
+		{"key too long", func(o *Order) { o.IdemKey = strings.Repeat("k", MaxIdemKey+1) }},
+		{"key with a newline", func(o *Order) { o.IdemKey = "a\nb" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,6 +342,8 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"expired","pay_by":-1}`))
 	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"cancelled","pay_by":null}`))
 	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"Confirmed"}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":5,"idempotency_key":"k \"1\""}`))
+	f.Add([]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"seq":-5,"idempotency_key":"\u0000"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		o, err := Unmarshal(body)
 		if err != nil {

@@ -1,14 +1,17 @@
 // Package orderdb is the MySQL orders database: the connection settings its
 // correctness depends on, the schema and its migrations, and the one writer
 // of orders and of the per-sale ledger. The consumer writes through it; the
-// migrate and reconcile commands and the tests open it.
+// repairer of a rolled-back Redis reads a sale's latest events from it
+// (MaxSeq, After); the migrate and reconcile commands and the tests open it.
 //
 // The schema is two tables. orders holds one row per accepted order, keyed
 // by order_id, with its state (package order) and payment deadline, so that
-// writing an order again changes at most its state, and never a final one;
-// sale_ledger holds each sale's units and orders ever accepted, whatever
-// their state, kept in the same transaction as the rows it counts, so that
-// it always agrees with them.
+// writing an order again changes at most its state, and never a final one,
+// and with the largest event number (seq) of the sale written to it and
+// the reservation's idempotency key, so that a Redis that lost its last
+// writes can be given them back; sale_ledger holds each sale's units and
+// orders ever accepted, whatever their state, kept in the same transaction
+// as the rows it counts, so that it always agrees with them.
 package orderdb
 
 import (

@@ -27,6 +27,7 @@ type migration struct {
 
 const (
 	erDupFieldName = 1060 // ER_DUP_FIELDNAME: the column exists already
+	erDupKeyName   = 1061 // ER_DUP_KEYNAME: the index exists already
 	erNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
 )
 
@@ -61,6 +62,24 @@ var migrations = []migration{
 	{what: "orders.state and orders.pay_by (payment windows)", sql: `ALTER TABLE orders
 		ADD COLUMN state VARCHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'confirmed',
 		ADD COLUMN pay_by DATETIME(3) NULL`, done: []uint16{erDupFieldName}},
+	// 4: what repairing a rolled-back Redis from MySQL needs (package
+	// repair): seq, the largest of the sale's event numbers among the
+	// snapshots applied to the row (0: written before the count, or by a
+	// relay older than it), and the reservation's Idempotency-Key (NULL:
+	// none), so that a repaired Redis answers a replayed key with its
+	// order again. Both or neither (MariaDB's DDL is atomic), instant on
+	// MariaDB 10.3+ and MySQL 8.0+; a rerun fails on the first column,
+	// which means it is done.
+	{what: "orders.seq and orders.idempotency_key (repair after a Redis rollback)", sql: `ALTER TABLE orders
+		ADD COLUMN seq BIGINT NOT NULL DEFAULT 0,
+		ADD COLUMN idempotency_key VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL`,
+		done: []uint16{erDupFieldName}},
+	// 5: the index by which the repairer finds the events Redis forgot
+	// (seq above Redis's own) without a scan of the sale. Its own
+	// migration: an index is built online (writes go on) but is not
+	// instant, and the columns above should not wait for it.
+	{what: "index orders (sale_id, seq)", sql: `ALTER TABLE orders ADD KEY orders_sale_seq (sale_id, seq)`,
+		done: []uint16{erDupKeyName}},
 }
 
 // Migrate creates or upgrades the schema: it applies, in order, the

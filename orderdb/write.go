@@ -15,12 +15,13 @@ import (
 )
 
 const (
-	insertRows = "INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, pay_by) VALUES "
-	rowMarks   = "(?,?,?,?,?,?,?)"
+	insertRows = "INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, pay_by, seq, idempotency_key) VALUES "
+	rowMarks   = "(?,?,?,?,?,?,?,?,?)"
+	rowArgs    = 9 // marks in rowMarks
 )
 
 // appendRow appends the values of o for rowMarks: no state is confirmed, no
-// pay_by is NULL.
+// pay_by and no idempotency key are NULL.
 func appendRow(args []any, o order.Order) []any {
 	state := o.State
 	if state == "" {
@@ -30,24 +31,32 @@ func appendRow(args []any, o order.Order) []any {
 	if !o.PayBy.IsZero() {
 		payBy = o.PayBy
 	}
-	return append(args, o.OrderID, o.SaleID, o.UserID, o.Quantity, o.ReservedAt, state, payBy)
+	var key any
+	if o.IdemKey != "" {
+		key = o.IdemKey
+	}
+	return append(args, o.OrderID, o.SaleID, o.UserID, o.Quantity, o.ReservedAt, state, payBy, o.Seq, key)
 }
 
 // latest returns one snapshot per order id, the one that writing the batch
 // one by one, in its order, would leave: the first in a final state, else
-// the last.
+// the last, with the largest seq of the order's snapshots and the first
+// idempotency key any of them carries (writing them one by one keeps both).
 func latest(orders []order.Order) []order.Order {
 	at := make(map[string]int, len(orders))
 	out := make([]order.Order, 0, len(orders))
 	for _, o := range orders {
 		i, seen := at[o.OrderID]
-		switch {
-		case !seen:
+		if !seen {
 			at[o.OrderID] = len(out)
 			out = append(out, o)
-		case !order.Final(out[i].State):
+			continue
+		}
+		seq, key := max(out[i].Seq, o.Seq), cmp.Or(out[i].IdemKey, o.IdemKey)
+		if !order.Final(out[i].State) {
 			out[i] = o
 		}
+		out[i].Seq, out[i].IdemKey = seq, key
 	}
 	return out
 }
@@ -57,7 +66,10 @@ func latest(orders []order.Order) []order.Order {
 type Written struct {
 	Inserted   int // new rows
 	Duplicates int // snapshots of orders already in MySQL (a redelivery, a relay's duplicate, a new state) or repeated in the batch
-	Updated    int // of the Duplicates' rows, those whose state or pay_by this write changed
+	// Updated counts, of the Duplicates' rows, those this write changed:
+	// their state or pay_by, and also those whose only change is a larger
+	// seq or an idempotency key they lacked (a final row's seq still rises).
+	Updated int
 }
 
 // finalStates is order.Final in SQL: the states a row never leaves.
@@ -70,13 +82,17 @@ const finalStates = "('" + order.StatePaid + "','" + order.StateCancelled + "','
 // snapshot's state and pay_by, unless its row is in a final state (paid,
 // cancelled, expired), which nothing changes (Invariant 8). So a state
 // snapshot that arrives before its order's first message inserts the order,
-// once, and a redelivered older snapshot never undoes a final state. It is
-// safe to run again after any failure, including a lost COMMIT reply: what
-// was committed is then a duplicate. Concurrent callers may write the same
-// orders.
+// once, and a redelivered older snapshot never undoes a final state. For
+// the repairer (MaxSeq, After), a row also keeps the largest seq of the
+// snapshots written to it, final or not (a redelivered older one does not
+// lower it), and the first idempotency key one of them carried (NULL
+// while none did). It is safe to run again after any failure, including a lost
+// COMMIT reply: what was committed is then a duplicate. Concurrent callers
+// may write the same orders.
 //
 // Several snapshots of one order in a batch count as written one by one in
-// the batch's order: the first final one wins, else the last one.
+// the batch's order: the first final one wins, else the last one, with the
+// largest seq among them and a key any of them carries.
 //
 // The rows are grouped by (sale, quantity), one multi-row insert per group
 // whose duplicate-key update changes nothing, because MySQL reports affected
@@ -84,11 +100,12 @@ const finalStates = "('" + order.StatePaid + "','" + order.StateCancelled + "','
 // quantity, the count of inserted rows gives the units exactly. (An update
 // of the state in that same statement would count 2 per changed row, which
 // cannot be told from two inserts.) When a group had duplicates, its rows
-// then get their state in one more statement for the whole batch, on rows
-// the inserts have locked already; a batch of new orders, the usual one,
-// runs no such statement. Locks are taken in a fixed order (sale ids,
-// quantities, order ids; then the ledger's sale ids) so that concurrent
-// consumers do not deadlock on each other.
+// then get their state, seq and key in one more statement for the whole
+// batch, on rows the inserts have locked already; a batch of new orders,
+// the usual one, runs no such statement (its inserts carry seq and key).
+// Locks are taken in a fixed order (sale ids, quantities, order ids; then
+// the ledger's sale ids) so that concurrent consumers do not deadlock on
+// each other.
 //
 // It blocks for one transaction, is safe for concurrent use, and returns an
 // error wrapping the driver's (nothing is then committed, unless the error
@@ -112,7 +129,7 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 	ledger := map[string]*tally{}
 	var w Written
 	var q strings.Builder
-	args := make([]any, 0, 7*len(sorted))
+	args := make([]any, 0, rowArgs*len(sorted))
 	var dups []order.Order // the rows of groups that met existing rows
 	for start := 0; start < len(sorted); {
 		end := start + 1
@@ -166,9 +183,11 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 	if len(dups) > 0 {
 		// Every row named here exists and this transaction holds its lock
 		// (an insert's duplicate-key update locks the row it meets), so
-		// this statement inserts nothing and counts 2 per row it changes.
+		// this statement inserts nothing and counts 2 per row it changes
+		// (in any column: a row whose only change is its seq is Updated).
 		// pay_by comes first: MySQL assigns left to right, and the state
-		// test must see the row's state before this update.
+		// test must see the row's state before this update. seq and the
+		// key do not depend on the state: a final row's seq rises too.
 		slices.SortFunc(dups, func(a, b order.Order) int { return cmp.Compare(a.OrderID, b.OrderID) })
 		q.Reset()
 		args = args[:0]
@@ -182,7 +201,9 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 		}
 		q.WriteString(" ON DUPLICATE KEY UPDATE" +
 			" pay_by = IF(state IN " + finalStates + ", pay_by, COALESCE(VALUES(pay_by), pay_by))," +
-			" state = IF(state IN " + finalStates + ", state, VALUES(state))")
+			" state = IF(state IN " + finalStates + ", state, VALUES(state))," +
+			" seq = GREATEST(seq, VALUES(seq))," +
+			" idempotency_key = COALESCE(idempotency_key, VALUES(idempotency_key))")
 		res, err := tx.ExecContext(ctx, q.String(), args...)
 		if err != nil {
 			return Written{}, fmt.Errorf("write orders: update states: %w", err)

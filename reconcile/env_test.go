@@ -53,11 +53,11 @@ func newEnv(t *testing.T) *env {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s does not answer (run `make up`): %v", localstack.RedisAddr, err)
 	}
-	loader := scripts.New(rdb, "")
+	prefix := "t" + localstack.RandomHex(5)
+	loader := scripts.New(rdb, "", scripts.Keys{Prefix: prefix})
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	prefix := "t" + localstack.RandomHex(5)
 	t.Cleanup(func() {
 		localstack.DropKeys(t, rdb, prefix)
 		_ = rdb.Close()

@@ -57,6 +57,10 @@ const (
 	// CodeOrderConfirmed: the order is confirmed, its sale asked no payment
 	// (a pay).
 	CodeOrderConfirmed Code = 18
+	// CodeRepairing: the sale is held (the hold script) because Redis
+	// restarted or failed over and may be behind MySQL; package repair
+	// releases it. Nothing was promised or changed: the gateway answers 503.
+	CodeRepairing Code = 19
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -80,6 +84,7 @@ var codeNames = [...]string{
 	CodeOrderCancelled:      "ORDER_CANCELLED",
 	CodeOrderExpired:        "ORDER_EXPIRED",
 	CodeOrderConfirmed:      "ORDER_CONFIRMED",
+	CodeRepairing:           "REPAIRING",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

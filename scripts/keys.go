@@ -1,5 +1,12 @@
 package scripts
 
+import "time"
+
+// IdemTTL is how long the Idempotency-Key of an accepted reservation is
+// kept, so that a repeat replays its answer (the repair script gives a key
+// back for what is left of it). A refusal keeps no key: reserve.lua says why.
+const IdemTTL = 24 * time.Hour
+
 // Keys builds the Redis key names of flashgate. Every key of one sale carries
 // the sale id as its hash tag, so a sale lives in one Redis Cluster slot and
 // one script call touches one slot. The zero value is not useful; the prefix
@@ -41,6 +48,12 @@ func (k Keys) Sales() string { return k.Prefix + ":sales" }
 // no script on a sale's slot may write: the gateway adds a sale before the
 // script that gives it a window runs, and nothing removes one.
 func (k Keys) Paying() string { return k.Prefix + ":paying" }
+
+// Held is the set of sales the hold script held after a Redis restart or
+// failover, which package repair checks against MySQL and releases. Like
+// Sales it has a slot of its own; the loader adds to it, the repairer
+// removes from it.
+func (k Keys) Held() string { return k.Prefix + ":held" }
 
 // Events is the pub/sub channel on which sale changes are announced.
 func (k Keys) Events() string { return k.Prefix + ":events" }

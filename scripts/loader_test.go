@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestLoadCompileError(t *testing.T) {
 	ctx := t.Context()
 	rdb := testRedis(t)
 	dir := copyBuiltin(t)
-	l := New(rdb, dir)
+	l := New(rdb, dir, Keys{Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36)})
 	if _, err := ping(ctx, l); !errors.Is(err, ErrNotLoaded) {
 		t.Fatalf("Run before Load: %v, want ErrNotLoaded", err)
 	}

@@ -120,3 +120,8 @@ func (r Record) String() string {
 func (r Record) Due(now int64) bool {
 	return r.State == order.StatePendingPayment && r.PayBy > 0 && now >= r.PayBy
 }
+
+// StateLetter is the letter of state (one of package order's State
+// constants) in a record and in the repair script's arguments; "" for
+// another string.
+func StateLetter(state string) string { return stateLetters[state] }

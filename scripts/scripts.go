@@ -6,9 +6,16 @@
 // instead when one is configured. A set of scripts is loaded with SCRIPT LOAD
 // and swapped in whole, atomically: a call in flight keeps the script it
 // started with, whose SHA stays in Redis's script cache. Each script is run
-// through go-redis's redis.Script: EVALSHA, and when Redis has lost its cache
-// (restart, failover, SCRIPT FLUSH) and answers NOSCRIPT, EVAL of the source,
-// which runs it and caches it again.
+// with EVALSHA.
+//
+// An empty script cache is how a restarted or failed-over Redis shows
+// itself, and such a Redis may have come back without its last writes while
+// their orders are in MySQL already. So nothing loads the scripts without
+// first running the hold pass (HoldPass): every sale whose Redis run id
+// changed since it was last checked is held, refused with REPAIRING, until
+// package repair has compared it with MySQL. Load runs the pass before
+// SCRIPT LOAD, and a call answered NOSCRIPT runs Load again (never EVAL of
+// the source, which would cache the scripts without the pass) and retries.
 package scripts
 
 import (
@@ -18,6 +25,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -30,9 +39,15 @@ const (
 	Admin   = "admin"
 	Mark    = "mark"
 	Order   = "order"
+	Hold    = "hold"
+	Repair  = "repair"
 )
 
-var names = []string{Admin, Mark, Order, Reserve}
+var names = []string{Admin, Hold, Mark, Order, Repair, Reserve}
+
+// Names returns the names of the scripts every set must have, sorted: a
+// folder given as scripts.dir holds one NAME.lua of each.
+func Names() []string { return slices.Clone(names) }
 
 //go:embed lua/*.lua
 var builtin embed.FS
@@ -60,40 +75,87 @@ type set struct {
 // Stats counts what the loader did; read it with Loader.Stats.
 type Stats struct {
 	Calls, Errors, NoScript, Reloads uint64
+	// Held counts the sales the hold passes held (a sale held again by a
+	// later pass, before its repair, counts again).
+	Held uint64
 }
 
 // Loader loads and runs the script set. It is safe for concurrent use.
 type Loader struct {
-	rdb redis.UniversalClient
-	dir string
+	rdb  redis.UniversalClient
+	dir  string
+	keys Keys
 
 	cur    atomic.Pointer[set]
 	loadMu sync.Mutex
+	gen    atomic.Uint64 // successful loads; a NOSCRIPT reloads only if none came since its call began
 
-	calls, errs, noscript, reloads atomic.Uint64
+	calls, errs, noscript, reloads, held atomic.Uint64
 }
 
 // New returns a loader reading from dir, or from the built-in copies when dir
-// is empty. It loads nothing until Load is called.
-func New(rdb redis.UniversalClient, dir string) *Loader {
-	return &Loader{rdb: rdb, dir: dir}
+// is empty, for the sales under keys. It loads nothing until Load is called.
+func New(rdb redis.UniversalClient, dir string, keys Keys) *Loader {
+	return &Loader{rdb: rdb, dir: dir, keys: keys}
 }
 
-// Load reads every script, loads each into Redis with SCRIPT LOAD and, only
-// when all succeeded, makes them the set in use. It returns the new set. A
-// script Redis cannot compile gives an error wrapping ErrCompile and leaves
-// the set in use as it was; so does any other failure. It blocks for one
-// round trip per script, bounded by ctx; calls to Load are serialized.
+// Load reads every script, runs the hold pass, loads each script into Redis
+// with SCRIPT LOAD and, only when all succeeded, makes them the set in use.
+// It returns the new set. A script Redis cannot compile gives an error
+// wrapping ErrCompile and leaves the set in use as it was; so does any other
+// failure. Should a primary's run id change between the pass and the end of
+// the loading (a restart in between), the pass runs again. It blocks for a
+// few round trips per script and one per sale, bounded by ctx; calls to Load
+// are serialized.
 func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
-	s := &set{byName: make(map[string]*Script, len(names))}
+	return l.load(ctx)
+}
+
+func (l *Loader) load(ctx context.Context) ([]Script, error) {
+	srcs := make(map[string]string, len(names))
 	for _, name := range names {
 		src, err := l.read(name)
 		if err != nil {
 			return nil, err
 		}
-		rs := redis.NewScript(src)
+		srcs[name] = src
+	}
+	for attempt := 0; ; attempt++ {
+		before, err := l.runIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := l.holdPass(ctx, srcs[Hold]); err != nil {
+			return nil, err
+		}
+		s, err := l.loadSet(ctx, srcs)
+		if err != nil {
+			return nil, err
+		}
+		after, err := l.runIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Equal(before, after) {
+			l.cur.Store(s)
+			l.gen.Add(1)
+			l.reloads.Add(1)
+			return l.Scripts(), nil
+		}
+		if attempt == 2 {
+			return nil, fmt.Errorf("scripts: load: Redis restarted during each of %d attempts", attempt+1)
+		}
+	}
+}
+
+// loadSet loads every script with SCRIPT LOAD (on every primary of a
+// cluster) and returns them as a set.
+func (l *Loader) loadSet(ctx context.Context, srcs map[string]string) (*set, error) {
+	s := &set{byName: make(map[string]*Script, len(names))}
+	for _, name := range names {
+		rs := redis.NewScript(srcs[name])
 		want := rs.Hash() // SHA-1 of src, before Load replaces it by Redis's answer
 		sha, err := rs.Load(ctx, l.rdb).Result()
 		if err != nil {
@@ -110,9 +172,111 @@ func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 	for i := range s.list {
 		s.byName[s.list[i].Name] = &s.list[i]
 	}
-	l.cur.Store(s)
-	l.reloads.Add(1)
-	return l.Scripts(), nil
+	return s, nil
+}
+
+// holdChunk is how many sales one pipeline of the hold pass asks about.
+const holdChunk = 256
+
+// HoldPass runs the hold script on every sale in the registry and adds the
+// sales it held, or found held, to the Held set; it returns how many those
+// are. Load runs it before SCRIPT LOAD; package repair runs it from time to
+// time too, so that a sale held by a process that died before it could add
+// the sale to the set is found. It blocks for about one round trip per
+// holdChunk sales, bounded by ctx, and returns the first error.
+func (l *Loader) HoldPass(ctx context.Context) (int, error) {
+	src, err := l.read(Hold)
+	if err != nil {
+		return 0, err
+	}
+	return l.holdPass(ctx, src)
+}
+
+func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
+	sales, err := l.rdb.SMembers(ctx, l.keys.Sales()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("scripts: hold pass: read the sales: %w", err)
+	}
+	if len(sales) == 0 {
+		return 0, nil
+	}
+	rs := redis.NewScript(src)
+	n := 0
+	for start := 0; start < len(sales); start += holdChunk {
+		chunk := sales[start:min(start+holdChunk, len(sales))]
+		cmds := make([]*redis.Cmd, len(chunk))
+		// The hold script is loaded before each chunk: a SCRIPT FLUSH may
+		// come at any time, and a chunk that meets one is asked again.
+		for try := 0; ; try++ {
+			if err := rs.Load(ctx, l.rdb).Err(); err != nil {
+				return n, fmt.Errorf("scripts: hold pass: load: %w", err)
+			}
+			pipe := l.rdb.Pipeline()
+			for i, sale := range chunk {
+				cmds[i] = rs.EvalSha(ctx, pipe, []string{l.keys.Meta(sale)})
+			}
+			_, _ = pipe.Exec(ctx) // each command's error is read below
+			if try == noscriptTries || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
+				break
+			}
+		}
+		var held []any
+		for i, c := range cmds {
+			v, err := c.Slice()
+			if err != nil {
+				return n, fmt.Errorf("scripts: hold pass: sale %s: %w", chunk[i], err)
+			}
+			if len(v) != 2 {
+				return n, fmt.Errorf("scripts: hold pass: sale %s: reply %v", chunk[i], v)
+			}
+			if h, _ := v[0].(int64); h == 1 {
+				held = append(held, chunk[i])
+			}
+		}
+		if len(held) > 0 {
+			if err := l.rdb.SAdd(ctx, l.keys.Held(), held...).Err(); err != nil {
+				return n, fmt.Errorf("scripts: hold pass: record held sales: %w", err)
+			}
+			n += len(held)
+			l.held.Add(uint64(len(held)))
+		}
+	}
+	return n, nil
+}
+
+// runIDs returns the run id of every primary, sorted.
+func (l *Loader) runIDs(ctx context.Context) ([]string, error) {
+	var mu sync.Mutex
+	var ids []string
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		_, rest, ok := strings.Cut(info, "run_id:")
+		id, _, _ := strings.Cut(rest, "\r\n")
+		if !ok || id == "" {
+			return fmt.Errorf("INFO server of %s has no run_id", c.Options().Addr)
+		}
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, one)
+	case *redis.Client:
+		err = one(ctx, c)
+	default:
+		return nil, fmt.Errorf("scripts: %T is neither a client nor a cluster client", l.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scripts: read run ids: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 func (l *Loader) read(name string) (string, error) {
@@ -140,19 +304,22 @@ func (l *Loader) Scripts() []Script {
 
 // Stats returns the counters since start.
 func (l *Loader) Stats() Stats {
-	return Stats{Calls: l.calls.Load(), Errors: l.errs.Load(), NoScript: l.noscript.Load(), Reloads: l.reloads.Load()}
+	return Stats{Calls: l.calls.Load(), Errors: l.errs.Load(), NoScript: l.noscript.Load(), Reloads: l.reloads.Load(),
+		Held: l.held.Load()}
 }
 
 // ErrNotLoaded is returned by Run before the first successful Load.
 var ErrNotLoaded = errors.New("scripts: not loaded")
 
-// Run calls the named script and returns its reply, as redis.Script.Run
-// does: EVALSHA, and on NOSCRIPT the source with EVAL, which runs the script
-// and caches it again (counted in Stats.NoScript). It blocks for one or two
-// round trips, bounded by ctx. It returns ErrNotLoaded before the first
-// Load, redis.Nil for a nil reply, or the error of Redis or the connection.
+// Run calls the named script with EVALSHA and returns its reply. On
+// NOSCRIPT (counted in Stats.NoScript) it loads the set again, hold pass
+// first, unless another call has done so since this one began, and calls
+// once more, up to noscriptTries times. It blocks for one round trip, or
+// for a few Loads and calls, bounded by ctx. It returns ErrNotLoaded before the first Load, redis.Nil
+// for a nil reply, or the error of Redis or the connection.
 func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...any) (any, error) {
 	l.calls.Add(1)
+	gen := l.gen.Load()
 	s := l.cur.Load()
 	if s == nil {
 		l.errs.Add(1)
@@ -163,15 +330,38 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 		l.errs.Add(1)
 		return nil, fmt.Errorf("scripts: no script %q", name)
 	}
-	// Script.Run would do the same two steps, but hide the NOSCRIPT that
-	// Stats counts.
 	v, err := sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	// Another flush may come between the load and the call (each is a
+	// NOSCRIPT again): a few rounds, each bounded by ctx.
+	for try := 0; try < noscriptTries && redis.HasErrorPrefix(err, "NOSCRIPT"); try++ {
 		l.noscript.Add(1)
-		v, err = sc.rs.Eval(ctx, l.rdb, keys, args...).Result()
+		if err = l.reloadSince(ctx, gen); err != nil {
+			break
+		}
+		gen = l.gen.Load()
+		if sc = l.cur.Load().byName[name]; sc == nil {
+			err = fmt.Errorf("scripts: no script %q", name)
+			break
+		}
+		v, err = sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		l.errs.Add(1)
 	}
 	return v, err
+}
+
+// noscriptTries is how many times Run loads the set again for one call.
+const noscriptTries = 8
+
+// reloadSince loads the set again unless a load succeeded after generation
+// gen: the many calls that meet one NOSCRIPT together load once.
+func (l *Loader) reloadSince(ctx context.Context, gen uint64) error {
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	if l.gen.Load() != gen {
+		return nil
+	}
+	_, err := l.load(ctx)
+	return err
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/consumer"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/repair"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -29,12 +32,30 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	defer rdb.Close()
 	// Loaded on first use: marking orders created is best effort, and
 	// Redis being down must not keep the consumer from writing MySQL.
-	loader := scripts.New(rdb, cfg.Scripts.Dir)
+	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 
 	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer")})
 	if err != nil {
 		return err
 	}
+	// The repairer releases the sales held after a Redis restart once they
+	// are checked against MySQL; it stops with the consumer.
+	rp, err := repair.New(repair.Config{Timeout: cfg.Redis.Timeout + 5*time.Second}, repair.Deps{
+		Redis: rdb, DB: db, Loader: loader, Keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, Log: log.Named("repair"),
+		Ready: func(ctx context.Context) (int, error) {
+			return broker.Ready(ctx, cfg.AMQP, broker.InstanceName("repair"))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	rctx, stopRepair := context.WithCancel(context.Background())
+	rdone := make(chan error, 1)
+	go func() { rdone <- rp.Run(rctx) }()
+	defer func() {
+		stopRepair()
+		<-rdone
+	}()
 	if addr := cfg.Consumer.MetricsAddr; addr != "" {
 		// It outlives Run: /healthz and /metrics keep answering while the
 		// consumer finishes the deliveries in hand.

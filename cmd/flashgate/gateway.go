@@ -28,7 +28,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 
 	rdb := newRedis(cfg)
 	defer rdb.Close()
-	loader := scripts.New(rdb, cfg.Scripts.Dir)
+	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	reload := gateway.AuditedReload(log.Named("scripts"), loader)
 
 	// The outbox relay runs inside the gateway, on the gateway's Redis

@@ -67,6 +67,27 @@ func State(tb testing.TB, db *sql.DB, orderID string) (state string, payBy time.
 	return state, payBy
 }
 
+// Row reads an order as its row holds it: every field, pay_by zero and
+// IdemKey "" when NULL. It fails the test on a query error, a missing row
+// included.
+func Row(tb testing.TB, db *sql.DB, orderID string) order.Order {
+	tb.Helper()
+	var o order.Order
+	var pb sql.NullTime
+	var key sql.NullString
+	err := db.QueryRowContext(context.Background(), `SELECT order_id, sale_id, user_id, quantity, reserved_at, state, pay_by, seq, idempotency_key
+		FROM orders WHERE order_id = ?`, orderID).Scan(&o.OrderID, &o.SaleID, &o.UserID, &o.Quantity, &o.ReservedAt, &o.State, &pb, &o.Seq, &key)
+	if err != nil {
+		tb.Fatalf("order %s: %v", orderID, err)
+	}
+	o.ReservedAt = o.ReservedAt.UTC()
+	if pb.Valid {
+		o.PayBy = pb.Time.UTC()
+	}
+	o.IdemKey = key.String
+	return o
+}
+
 // Totals reads the sale's rows and units in orders, and its ledger (zeros
 // when it has no ledger row). It fails the test on a query error.
 func Totals(tb testing.TB, db *sql.DB, sale string) (rows, units, ledgerUnits, ledgerOrders int64) {

@@ -65,8 +65,11 @@ if op == 'upsert' then
   if s > 0 and e > 0 and e <= s then return view(BAD_WINDOW) end
   if stock ~= '' and tonumber(stock) < sold then return view(STOCK_BELOW_SOLD) end
   if not exists then
+    -- run: the Redis process this sale was created under, so that the hold
+    -- script holds it only after a restart or failover (a new run id).
     created = 1
-    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0)
+    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0,
+      'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
   end
   if stock ~= '' then redis.call('HSET', KEYS[1], 'stock', stock) end
   if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end

@@ -23,7 +23,12 @@
 -- (HDEL at 0), and adds the order in its new state to the outbox, with the
 -- fields of the reserve script's entry: order_id, sale_id, user_id, quantity,
 -- reserved_at (the time of the change for a record of the old form, which
--- has none), state and pay_by (0 for none).
+-- has none), state, pay_by (0 for none) and seq, the sale's next event
+-- number (meta seq; see the reserve script).
+--
+-- While meta hold is set (the sale may be behind MySQL after a Redis
+-- rollback; package repair clears it) pay, cancel and get answer REPAIRING
+-- and a sweep expires nothing and asks to be called again in a second.
 --
 -- pay, cancel and get return {code, record, now, changed}: record is the
 -- order's record as the call left it ('' for ORDER_NOT_FOUND), changed is 1
@@ -40,10 +45,17 @@ local ORDER_PAID = 15
 local ORDER_CANCELLED = 16
 local ORDER_EXPIRED = 17
 local ORDER_CONFIRMED = 18     -- a pay of an order whose sale asked none
+local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
 
 local op, channel, sale = ARGV[1], ARGV[2], ARGV[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq')
+if mh[1] == '1' then
+  if op == 'sweep' then return {now, now + 1000} end
+  return {REPAIRING, '', now, 0}
+end
+local seq, seq0 = tonumber(mh[2]) or 0, tonumber(mh[2]) or 0
 
 local stateNames = {C = 'confirmed', P = 'pending_payment', D = 'paid', X = 'cancelled', E = 'expired'}
 local counters = {D = 'paid', X = 'cancelled', E = 'expired'}
@@ -85,8 +97,9 @@ local function finish(oid, o, to)
   redis.call('HSET', KEYS[4], oid, encode(o))
   local at = o.at
   if at == 0 then at = now end
+  seq = seq + 1
   redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', o.user,
-    'quantity', o.qty, 'reserved_at', at, 'state', stateNames[to], 'pay_by', o.payby)
+    'quantity', o.qty, 'reserved_at', at, 'state', stateNames[to], 'pay_by', o.payby, 'seq', seq)
 end
 
 local function flush()
@@ -97,6 +110,7 @@ local function flush()
     if soldOut then redis.call('PUBLISH', channel, sale) end
   end
   if pendingDelta ~= 0 then redis.call('HINCRBY', KEYS[1], 'pending', pendingDelta) end
+  if seq ~= seq0 then redis.call('HSET', KEYS[1], 'seq', seq) end
   for field, n in pairs(counts) do redis.call('HINCRBY', KEYS[1], field, n) end
 end
 

@@ -2,7 +2,8 @@
 -- atomically and exactly as if it were alone. The gateway sends a batch when
 -- several buyers of the same sale arrive together; a lone buyer is a batch of 1.
 --
--- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked, window, pending)
+-- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked, window, pending,
+--                      seq, hold)
 -- KEYS[2] users hash  (user id -> units held)
 -- KEYS[3] outbox stream (one entry per accepted order, read by the relay)
 -- KEYS[4] orders hash (order id -> record "F:S:PAYBY:AT:QTY:USER", scripts/record.go)
@@ -17,6 +18,14 @@
 -- On a sale with a payment window (meta window, seconds, > 0) an accepted
 -- order is pending_payment until pay_by = now + window: it joins the due set
 -- and counts in pending; without one it is confirmed at once (pay_by 0).
+--
+-- Every outbox entry of a sale carries seq, the sale's event number (meta
+-- seq counts the entries of this script and of the order script), and a
+-- reservation's entry carries idem, its Idempotency-Key, when it has one:
+-- MySQL keeps both, so that a Redis that lost its last writes can be told
+-- and repaired (package repair). While meta hold is set (the hold script:
+-- Redis restarted or failed over since the sale was last checked against
+-- MySQL) every reservation answers REPAIRING and nothing changes.
 --
 -- Returns three values per reservation: an outcome code, the order id and
 -- the order's pay_by in Unix ms (0 for none, and for a refusal).
@@ -33,10 +42,11 @@ local SOLD_OUT = 6
 local INSUFFICIENT_STOCK = 7
 local IDEMPOTENCY_CONFLICT = 8
 local ORDER_ID_COLLISION = 9   -- never expected; the gateway answers 503
+local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold')
 local exists = m[1] ~= false
 local stock = tonumber(m[1]) or 0
 local sold = tonumber(m[2]) or 0
@@ -45,11 +55,21 @@ local starts = tonumber(m[4]) or 0
 local ends = tonumber(m[5]) or 0
 local locked = m[6] == '1'
 local window = tonumber(m[7]) or 0
+local seq = tonumber(m[8]) or 0
 local sale = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local sold0 = sold
 local pending = 0
 local out = {}
+
+if m[9] == '1' then
+  for i = 3, #ARGV, 4 do
+    out[#out + 1] = REPAIRING
+    out[#out + 1] = ''
+    out[#out + 1] = 0
+  end
+  return out
+end
 
 -- payby of a new order, and its state in the record and in the outbox.
 local payby, letter, state = 0, 'C', 'confirmed'
@@ -103,9 +123,16 @@ for i = 3, #ARGV, 4 do
       elseif stock - sold < qty then code = INSUFFICIENT_STOCK
       else
         sold = sold + qty
+        seq = seq + 1
         redis.call('HINCRBY', KEYS[2], user, qty)
-        redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
-          'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby)
+        if ik > 0 then
+          redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
+            'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby, 'seq', seq,
+            'idem', string.match(KEYS[ik], '}:idem:(.*)$'))
+        else
+          redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
+            'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby, 'seq', seq)
+        end
         redis.call('HSET', KEYS[4], oid, 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user)
         if payby > 0 then
           redis.call('ZADD', KEYS[5], payby, oid)
@@ -134,7 +161,7 @@ for i = 3, #ARGV, 4 do
 end
 
 if sold ~= sold0 then
-  redis.call('HSET', KEYS[1], 'sold', sold)
+  redis.call('HSET', KEYS[1], 'sold', sold, 'seq', seq)
 end
 if pending > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', pending)
