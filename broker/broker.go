@@ -269,7 +269,7 @@ func Ready(ctx context.Context, c config.AMQP, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer conn.CloseDeadline(time.Now().Add(closeWait)) //nolint:errcheck // nothing to do about it
+	defer conn.CloseDeadline(time.Now().Add(closeWait))                                      //nolint:errcheck // nothing to do about it
 	stop := context.AfterFunc(ctx, func() { conn.CloseDeadline(time.Now().Add(closeWait)) }) //nolint:errcheck // unblocks the calls below
 	defer stop()
 	ch, err := conn.Channel()
