@@ -269,8 +269,11 @@ func Ready(ctx context.Context, c config.AMQP, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer conn.CloseDeadline(time.Now().Add(closeWait))                                      //nolint:errcheck // nothing to do about it
-	stop := context.AfterFunc(ctx, func() { conn.CloseDeadline(time.Now().Add(closeWait)) }) //nolint:errcheck // unblocks the calls below
+	// Closing unblocks the calls below when ctx ends; a failed close
+	// leaves nothing to do.
+	closeConn := func() { _ = conn.CloseDeadline(time.Now().Add(closeWait)) }
+	defer closeConn()
+	stop := context.AfterFunc(ctx, closeConn)
 	defer stop()
 	ch, err := conn.Channel()
 	if err != nil {
