@@ -185,6 +185,10 @@ type Redis struct {
 	Timeout   time.Duration
 	PoolSize  int
 	KeyPrefix string
+	// ZeroLoss is zero-loss mode: the gateway sells only while every
+	// primary has appendonly yes and appendfsync always (gateway's
+	// durability watch).
+	ZeroLoss bool
 }
 
 // AMQP configures the RabbitMQ connection and topology.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -488,6 +489,10 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{"FLASHGATE_ADMISSION_RATE", "admission.rate"}},
 		{name: "amqp queue name with space", env: []string{"FLASHGATE_AMQP_QUEUE", "my queue"},
 			want: []string{"FLASHGATE_AMQP_QUEUE", "amqp.queue"}},
+		{name: "zero loss not a bool", env: []string{"FLASHGATE_REDIS_ZERO_LOSS", "yes"},
+			want: []string{"FLASHGATE_REDIS_ZERO_LOSS", "redis.zero_loss", "want true or false"}},
+		{name: "zero loss in yaml not a bool", yaml: "redis:\n  zero_loss: 1\n",
+			want: []string{"FLASHGATE_REDIS_ZERO_LOSS", "redis.zero_loss"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -845,5 +850,39 @@ func TestConfigFieldsMasksBuyerSecret(t *testing.T) {
 	}
 	if v := c.Fields()["buyer.jwt_secret"]; v != "***" {
 		t.Errorf("Fields()[buyer.jwt_secret] = %q, want ***", v)
+	}
+}
+
+// Zero-loss mode is off unless asked for, from either source.
+func TestZeroLossSetting(t *testing.T) {
+	if config.Default().Redis.ZeroLoss {
+		t.Fatal("redis.zero_loss is on by default")
+	}
+	for _, tt := range []struct {
+		name, yaml string
+		env        []string
+		want       bool
+	}{
+		{name: "env true", env: []string{"FLASHGATE_REDIS_ZERO_LOSS", "true"}, want: true},
+		{name: "env TRUE", env: []string{"FLASHGATE_REDIS_ZERO_LOSS", " TRUE "}, want: true},
+		{name: "yaml true", yaml: "redis:\n  zero_loss: true\n", want: true},
+		{name: "env false over yaml true", yaml: "redis:\n  zero_loss: true\n", env: []string{"FLASHGATE_REDIS_ZERO_LOSS", "false"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.yaml != "" {
+				path = writeYAML(t, tt.yaml)
+			}
+			c, err := config.Load(path, env(tt.env...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Redis.ZeroLoss != tt.want {
+				t.Errorf("redis.zero_loss = %v, want %v", c.Redis.ZeroLoss, tt.want)
+			}
+			if got := c.Fields()["redis.zero_loss"]; got != strconv.FormatBool(tt.want) {
+				t.Errorf("Fields: redis.zero_loss = %q", got)
+			}
+		})
 	}
 }

@@ -94,6 +94,12 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.Redis.Timeout }),
 	intSetting("FLASHGATE_REDIS_POOL_SIZE", "redis.pool_size", "64", "Redis connections per node", 1, 10000,
 		func(c *Config) *int { return &c.Redis.PoolSize }),
+	boolSetting("FLASHGATE_REDIS_ZERO_LOSS", "redis.zero_loss", "false",
+		"zero-loss mode: a buy is accepted (202) only while every Redis primary answers CONFIG GET with appendonly yes and "+
+			"appendfsync always, so that Redis fsyncs each reservation before it replies; checked at start and once a second, "+
+			"buys are 503 unavailable and /readyz is 503 while a primary is not so or cannot be asked (a managed Redis that "+
+			"refuses CONFIG cannot be verified: see operations.md, Durability). false: nothing is checked",
+		func(c *Config) *bool { return &c.Redis.ZeroLoss }),
 	{env: "FLASHGATE_REDIS_KEY_PREFIX", key: "redis.key_prefix", def: "fg",
 		doc: "prefix of every Redis key flashgate writes (lets several installations share one Redis)",
 		set: func(c *Config, v string) error {
@@ -322,6 +328,22 @@ func intSetting(env, key, def, doc string, lo, hi int, field func(*Config) *int)
 			return nil
 		},
 		get: func(c *Config) string { return strconv.Itoa(*field(c)) }}
+}
+
+func boolSetting(env, key, def, doc string, field func(*Config) *bool) setting {
+	return setting{env: env, key: key, def: def, doc: doc,
+		set: func(c *Config, v string) error {
+			switch strings.ToLower(strings.TrimSpace(v)) {
+			case "true":
+				*field(c) = true
+			case "false":
+				*field(c) = false
+			default:
+				return fmt.Errorf("%q: want true or false", v)
+			}
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*field(c)) }}
 }
 
 func durSetting(env, key, def, doc string, lo, hi time.Duration, field func(*Config) *time.Duration) setting {

@@ -115,6 +115,9 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 		}
 		idem = string(k)
 	}
+	if d := s.durable; d != nil && !d.ok() {
+		return write(ctx, replyUnavailable) // zero-loss mode, Redis not fsyncing each write: promise nothing
+	}
 	if idem == "" {
 		if err := s.closed.get(saleB, now); err != nil {
 			s.metrics.shortCircuit.Inc()
@@ -215,12 +218,19 @@ func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte, buye
 	write(ctx, reply{code: 200, body: appendOrderView(nil, string(saleB), string(orderB), o)}) // orderview.go
 }
 
-// serveReady is 200 only when the script path answers and the process is not
-// draining.
+// serveReady is 200 only when the script path answers, the process is not
+// draining and, in zero-loss mode, every Redis primary fsyncs before it
+// replies.
 func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
 	if s.draining.Load() {
 		write(ctx, replyDraining)
 		return
+	}
+	if d := s.durable; d != nil {
+		if r, not := d.notReady(); not {
+			write(ctx, r)
+			return
+		}
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	err := s.store.Ping(rctx)

@@ -54,6 +54,7 @@ type Server struct {
 	ids      *orderIDs
 	auth     *buyerAuth // nil: buyer authentication is off
 	sweeper  *sweeper
+	durable  *durability // nil: zero-loss mode is off (durability.go)
 	token    []byte
 	maxBody  int
 	timeout  time.Duration
@@ -100,6 +101,9 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s.sweeper = newSweeper(s.store, deps.Redis, deps.Log, cfg.Redis.Timeout)
 	s.metrics = newGatewayMetrics(s)
 	s.metrics.set.RegisterMetricsWriter(s.writePaymentMetrics)
+	if cfg.Redis.ZeroLoss {
+		s.durable = newDurability(deps.Redis, deps.Log, cfg.Redis.Timeout, s.metrics.set)
+	}
 	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Batch.Calls, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
 	s.batch.sizes = s.metrics.batchSize
 	if s.reload == nil {
@@ -202,10 +206,21 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(sweepDone)
 		s.sweeper.run(watchCtx)
 	}()
+	// Zero-loss mode's check of every primary, at once and every second.
+	durableDone := make(chan struct{})
+	if s.durable != nil {
+		go func() {
+			defer close(durableDone)
+			s.durable.run(watchCtx)
+		}()
+	} else {
+		close(durableDone)
+	}
 	defer func() {
 		stopWatch()
 		<-watchDone
 		<-sweepDone
+		<-durableDone
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()

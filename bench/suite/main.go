@@ -46,7 +46,7 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec)`)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -58,8 +58,10 @@ func main() {
 		err = runAuthOnly(ctx, *out, *dur, *conns)
 	case "cost":
 		err = runCostOnly(ctx, *out, *dur, *conns)
+	case "zeroloss":
+		err = runZeroLossOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth or cost", *only)
+		err = fmt.Errorf("-only %q: want auth, cost or zeroloss", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -82,6 +84,7 @@ type row struct {
 	group, name   string
 	value         float64 // the figure compared
 	unit          string
+	prec          int // decimals of value in the report
 	p50, p99      time.Duration
 	baseline      string  // name of the row it is compared with ("" for none)
 	target        float64 // minimum ratio value/baseline, 0 for none
@@ -155,6 +158,11 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 	// 4b. Cost per order: every process's CPU per order and its baselines.
 	if err := s.measureCost(ctx); err != nil {
 		s.notes = append(s.notes, "cost per order not measured: "+err.Error())
+	}
+
+	// 4c. What zero-loss mode (appendfsync always) costs the reserve path.
+	if err := s.measureZeroLoss(ctx); err != nil {
+		s.notes = append(s.notes, "zero-loss mode not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -264,6 +272,22 @@ func runAuthOnly(ctx context.Context, out string, dur time.Duration, conns int) 
 	return s.write(out, "", time.Since(started))
 }
 
+// runZeroLossOnly is `-only zeroloss`: the zero-loss comparison alone,
+// written to out (a partial report: do not write it over
+// docs/benchmarks.md).
+func runZeroLossOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
+	s := &suite{dur: dur, conns: conns}
+	defer s.stopAll()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+	started := time.Now()
+	if err := s.measureZeroLoss(ctx); err != nil {
+		return err
+	}
+	return s.write(out, "", time.Since(started))
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "met"
@@ -281,7 +305,11 @@ func (s *suite) add(r row) {
 		}
 	}
 	s.rows = append(s.rows, r)
-	fmt.Fprintf(os.Stderr, "%-60s %12.0f %s  p50 %v p99 %v\n", r.name, r.value, r.unit, r.p50, r.p99)
+	fmt.Fprintf(os.Stderr, "%-60s %12.*f %s  p50 %v p99 %v", r.name, r.prec, r.value, r.unit, r.p50, r.p99)
+	if r.baseline != "" {
+		fmt.Fprintf(os.Stderr, "  %.2f× %s", r.ratio, r.baseline)
+	}
+	fmt.Fprintln(os.Stderr)
 }
 
 // machineCPUs counts the machine's CPUs, not this process's (which the
@@ -831,7 +859,7 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 			}
 			return d.Round(time.Microsecond).String()
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f %s | %s | %s | %s | %s |\n", r.group, r.name, r.value, r.unit, lat(r.p50), lat(r.p99), ratio, target)
+		fmt.Fprintf(&b, "| %s | %s | %.*f %s | %s | %s | %s | %s |\n", r.group, r.name, r.prec, r.value, r.unit, lat(r.p50), lat(r.p99), ratio, target)
 	}
 	if len(s.notes) > 0 {
 		b.WriteString("\n")

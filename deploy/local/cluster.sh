@@ -97,7 +97,7 @@ cluster-enabled yes
 cluster-config-file nodes.conf
 cluster-node-timeout 5000
 appendonly yes
-appendfsync everysec
+appendfsync $FG_REDIS_APPENDFSYNC
 save ""
 EOF
 	# Same as service.sh's Redis: its own session, the lock fd closed, the
@@ -186,6 +186,9 @@ do_start() {
 	mkdir -p "$FG_REDIS_CLUSTER_DIR"
 	for port in "${PORTS[@]}"; do
 		start_node "$port"
+	done
+	for port in "${PORTS[@]}"; do
+		fg_redis_fsync "$port"
 	done
 	if healthy; then
 		fg_log "redis-cluster: ok on $(addrs)"

@@ -32,6 +32,37 @@ fi
 fg_log() { printf '%s\n' "$*"; }
 fg_err() { printf '%s\n' "$*" >&2; }
 
+# FG_REDIS_APPENDFSYNC: stack.env's, unless FLASHGATE_LOCAL_APPENDFSYNC
+# names another for this run.
+FG_REDIS_APPENDFSYNC=${FLASHGATE_LOCAL_APPENDFSYNC:-$FG_REDIS_APPENDFSYNC}
+case $FG_REDIS_APPENDFSYNC in
+always | everysec | no) ;;
+*)
+	fg_err "FLASHGATE_LOCAL_APPENDFSYNC=$FG_REDIS_APPENDFSYNC: want always, everysec or no"
+	exit 2
+	;;
+esac
+
+# fg_redis_fsync PORT: bring a running Redis on 127.0.0.1:PORT to
+# FG_REDIS_APPENDFSYNC when FLASHGATE_LOCAL_APPENDFSYNC asks for it (CONFIG
+# SET, at once, no restart), else only say when it differs; a fresh start
+# writes it into the server's config file instead.
+fg_redis_fsync() {
+	local port=$1 now
+	now=$(timeout 3 redis-cli -h 127.0.0.1 -p "$port" config get appendfsync 2>/dev/null | sed -n 2p) || return 0
+	[[ -n $now && $now != "$FG_REDIS_APPENDFSYNC" ]] || return 0
+	if [[ -n ${FLASHGATE_LOCAL_APPENDFSYNC:-} ]]; then
+		if [[ "$(timeout 3 redis-cli -h 127.0.0.1 -p "$port" config set appendfsync "$FG_REDIS_APPENDFSYNC" 2>&1)" == OK ]]; then
+			fg_log "redis 127.0.0.1:$port: appendfsync $now -> $FG_REDIS_APPENDFSYNC (FLASHGATE_LOCAL_APPENDFSYNC)"
+		else
+			fg_err "redis 127.0.0.1:$port: CONFIG SET appendfsync $FG_REDIS_APPENDFSYNC failed; it stays $now"
+			return 1
+		fi
+	else
+		fg_log "redis 127.0.0.1:$port: runs with appendfsync $now (stack.env says $FG_REDIS_APPENDFSYNC; FLASHGATE_LOCAL_APPENDFSYNC=$FG_REDIS_APPENDFSYNC make up changes it)"
+	fi
+}
+
 # fg_tail FILE...: the end of a log, to show why something did not come up.
 fg_tail() {
 	local f

@@ -110,7 +110,7 @@ logfile "$FG_REDIS_DIR/redis.log"
 loglevel notice
 dir "$FG_REDIS_DIR/data"
 appendonly yes
-appendfsync everysec
+appendfsync $FG_REDIS_APPENDFSYNC
 save ""
 EOF
 	(cd "$FG_REDIS_DIR" && exec setsid nohup redis-server "$FG_REDIS_DIR/redis.conf") \
@@ -277,6 +277,9 @@ do_start() {
 	fi
 	if [[ $svc == mariadb ]]; then
 		mariadb_setup
+	fi
+	if [[ $svc == redis ]]; then
+		fg_redis_fsync "$FG_REDIS_PORT"
 	fi
 }
 

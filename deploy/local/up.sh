@@ -9,8 +9,9 @@ set -Eeuo pipefail
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 trap 'fg_err "$0: failed at line $LINENO: $BASH_COMMAND"' ERR
 
-# Fast path: everything answers, the database user works.
-if fg_redis_ping && fg_rabbitmq_ping && fg_mariadb_ping &&
+# Fast path: everything answers, the database user works (and no
+# FLASHGATE_LOCAL_APPENDFSYNC asks for a change: service.sh start applies it).
+if [[ -z ${FLASHGATE_LOCAL_APPENDFSYNC:-} ]] && fg_redis_ping && fg_rabbitmq_ping && fg_mariadb_ping &&
 	timeout 5 mariadb --no-defaults -h127.0.0.1 -P"$FG_MARIADB_PORT" -u"$FG_MARIADB_USER" \
 		-p"$FG_MARIADB_PASSWORD" "$FG_MARIADB_DB" -e 'SELECT 1' >/dev/null 2>&1; then
 	"$FG_LOCAL_DIR/service.sh" status all

@@ -1,0 +1,320 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
+)
+
+// ownRedis is a redis-server of one test's own, on a free loopback port,
+// with its data in the test's temporary folder, so that the test may change
+// its persistence settings without touching the shared one of `make up`.
+type ownRedis struct {
+	addr string
+	ctl  *redis.Client // the test's own client: CONFIG SET, ACL SETUSER
+}
+
+// startOwnRedis starts a redis-server as deploy/local/service.sh starts the
+// local one (AOF on, no RDB snapshots) with fsync (everysec or always),
+// and stops it (SIGTERM, then SIGKILL) when the test ends.
+func startOwnRedis(t *testing.T, fsync string) *ownRedis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", addr[strings.LastIndexByte(addr, ':')+1:],
+		"--dir", dir, "--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no",
+		"--logfile", filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	r := &ownRedis{addr: addr, ctl: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})}
+	t.Cleanup(func() {
+		r.ctl.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("redis-server %s still running 30s after SIGTERM; killing it", addr)
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	waitFor(t, "the test's redis-server answers on "+addr, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return r.ctl.Ping(ctx).Err() == nil
+	})
+	return r
+}
+
+// do runs one command on r as the test's own client, failing the test on
+// an error.
+func (r *ownRedis) do(t *testing.T, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.ctl.Do(ctx, args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+}
+
+// onRedis points a test gateway at r, with zero-loss mode on or off.
+func onRedis(r *ownRedis, zeroLoss bool) gwOption {
+	return func(c *config.Config) {
+		c.Redis.Addrs = []string{r.addr}
+		c.Redis.ZeroLoss = zeroLoss
+	}
+}
+
+// Zero-loss mode on a Redis that fsyncs every second: no buy is accepted
+// and /readyz says why; once the primary fsyncs every write (CONFIG SET
+// appendfsync always) buys are accepted within a bounded wait, and refused
+// again when it stops.
+func TestZeroLossSellsOnlyWhileRedisFsyncsEveryWrite(t *testing.T) {
+	r := startOwnRedis(t, "everysec")
+	g := startGateway(t, onRedis(r, true))
+	g.mustSale("zl", `{"stock":1000,"per_user_limit":1}`)
+
+	if b := g.buy("zl", "u-before", 1, "key-before"); b.code != 503 || b.status() != "unavailable" {
+		t.Fatalf("buy with appendfsync everysec: %d %s, want 503 unavailable", b.code, b.raw)
+	}
+	ready := g.do("GET", g.base+"/readyz", "", nil)
+	if ready.code != 503 || ready.status() != "unavailable" || !strings.Contains(ready.str("error"), "appendfsync everysec") {
+		t.Fatalf("/readyz with appendfsync everysec: %d %s, want 503 unavailable naming appendfsync everysec", ready.code, ready.raw)
+	}
+	if m := g.scrape(); m["flashgate_redis_durable"] != 0 {
+		t.Errorf("flashgate_redis_durable = %v with appendfsync everysec, want 0", m["flashgate_redis_durable"])
+	}
+	if v := g.view("zl"); v.num("sold") != 0 {
+		t.Fatalf("sold %d after refused buys", v.num("sold"))
+	}
+
+	r.do(t, "CONFIG", "SET", "appendfsync", "always")
+	n := 0
+	waitFor(t, "a buy accepted after CONFIG SET appendfsync always", func() bool {
+		n++
+		b := g.buy("zl", "u-"+strconv.Itoa(n), 1, "")
+		if b.code != 202 && (b.code != 503 || b.status() != "unavailable") {
+			t.Fatalf("buy while the gateway catches up: %d %s", b.code, b.raw)
+		}
+		return b.code == 202
+	})
+	// The refused key was not remembered: the same key now buys.
+	if b := g.buy("zl", "u-before", 1, "key-before"); b.code != 202 {
+		t.Errorf("buy with the key refused before: %d %s, want 202", b.code, b.raw)
+	}
+	if ready := g.do("GET", g.base+"/readyz", "", nil); ready.code != 200 {
+		t.Errorf("/readyz with appendfsync always: %d %s", ready.code, ready.raw)
+	}
+	if m := g.scrape(); m["flashgate_redis_durable"] != 1 {
+		t.Errorf("flashgate_redis_durable = %v with appendfsync always, want 1", m["flashgate_redis_durable"])
+	}
+
+	for _, set := range [][2]string{{"appendfsync", "everysec"}, {"appendonly", "no"}} {
+		r.do(t, "CONFIG", "SET", set[0], set[1])
+		waitFor(t, "buys refused after CONFIG SET "+set[0]+" "+set[1], func() bool {
+			n++
+			b := g.buy("zl", "u-"+strconv.Itoa(n), 1, "")
+			return b.code == 503 && b.status() == "unavailable"
+		})
+		ready := g.do("GET", g.base+"/readyz", "", nil)
+		if ready.code != 503 || !strings.Contains(ready.str("error"), set[0]+" "+set[1]) {
+			t.Errorf("/readyz after CONFIG SET %s %s: %d %s", set[0], set[1], ready.code, ready.raw)
+		}
+		r.do(t, "CONFIG", "SET", "appendfsync", "always")
+		r.do(t, "CONFIG", "SET", "appendonly", "yes")
+		waitFor(t, "buys accepted again after restoring appendonly yes, appendfsync always", func() bool {
+			n++
+			return g.buy("zl", "u-"+strconv.Itoa(n), 1, "").code == 202
+		})
+	}
+	g.checkLedger("zl")
+}
+
+// Zero-loss mode off: a Redis that fsyncs every second sells, /readyz is
+// 200, and the gateway never asks Redis for its settings (no CONFIG GET
+// over several of the mode's rounds) nor shows the mode's series.
+func TestZeroLossOffChecksNothing(t *testing.T) {
+	r := startOwnRedis(t, "everysec")
+	r.do(t, "CONFIG", "RESETSTAT")
+	g := startGateway(t, onRedis(r, false))
+	g.mustSale("zl-off", `{"stock":10}`)
+	if b := g.buy("zl-off", "u-1", 1, ""); b.code != 202 {
+		t.Fatalf("buy with zero-loss mode off: %d %s, want 202", b.code, b.raw)
+	}
+	if ready := g.do("GET", g.base+"/readyz", "", nil); ready.code != 200 {
+		t.Errorf("/readyz with zero-loss mode off: %d %s", ready.code, ready.raw)
+	}
+	if _, ok := g.scrape()["flashgate_redis_durable"]; ok {
+		t.Error("flashgate_redis_durable is shown with zero-loss mode off")
+	}
+	time.Sleep(3 * durabilityEvery)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stats, err := r.ctl.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_config|get:") {
+		t.Errorf("the gateway asked CONFIG GET with zero-loss mode off:\n%s", stats)
+	}
+}
+
+// A Redis that refuses CONFIG (as managed services do; here an ACL that
+// takes CONFIG from the default user the gateway logs in as) cannot be
+// verified: buys are refused, /readyz says why, and the log says so once
+// at error level, not every second. Granting CONFIG GET on a Redis that
+// fsyncs every write lets the gateway sell.
+func TestZeroLossRefusedConfig(t *testing.T) {
+	r := startOwnRedis(t, "always")
+	// The test's own client keeps every right under a user of its own.
+	r.do(t, "ACL", "SETUSER", "ctl", "on", ">ctl-password", "~*", "&*", "+@all")
+	r.ctl.Close()
+	r.ctl = redis.NewClient(&redis.Options{Addr: r.addr, Username: "ctl", Password: "ctl-password", MaxRetries: -1})
+	r.do(t, "ACL", "SETUSER", "default", "-config")
+
+	core, logs := observer.New(zapcore.InfoLevel)
+	g := startGatewayLog(t, zap.New(core), onRedis(r, true))
+	g.mustSale("zl-acl", `{"stock":10}`)
+	if b := g.buy("zl-acl", "u-1", 1, ""); b.code != 503 || b.status() != "unavailable" {
+		t.Fatalf("buy while CONFIG is refused: %d %s, want 503 unavailable", b.code, b.raw)
+	}
+	ready := g.do("GET", g.base+"/readyz", "", nil)
+	if ready.code != 503 || !strings.Contains(ready.str("error"), "refuses CONFIG GET") {
+		t.Errorf("/readyz while CONFIG is refused: %d %s", ready.code, ready.raw)
+	}
+	time.Sleep(3 * durabilityEvery) // several rounds, one message
+	refused := logs.FilterMessageSnippet("refuses CONFIG GET")
+	if refused.Len() != 1 || refused.All()[0].Level != zapcore.ErrorLevel {
+		t.Errorf("%d log entries about the refused CONFIG GET, want 1 at error level: %v", refused.Len(), refused.All())
+	}
+	if d := refused.All(); len(d) > 0 && !strings.Contains(d[0].ContextMap()["detail"].(string), r.addr) {
+		t.Errorf("the log entry does not name the primary %s: %v", r.addr, d[0].ContextMap())
+	}
+
+	r.do(t, "ACL", "SETUSER", "default", "+config|get")
+	n := 1
+	waitFor(t, "a buy accepted once CONFIG GET is granted", func() bool {
+		n++
+		return g.buy("zl-acl", "u-"+strconv.Itoa(n), 1, "").code == 202
+	})
+	if logs.FilterMessageSnippet("buys are accepted").Len() != 1 {
+		t.Errorf("no log entry saying buys are accepted again: %v", logs.All())
+	}
+}
+
+// replyError is an error reply of Redis, as go-redis reads one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+var _ redis.Error = replyError("")
+
+// What each answer of CONFIG GET append* means.
+func TestNodeDurable(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		val     map[string]string
+		err     error
+		ok      bool
+		refused bool
+		reason  string
+	}{
+		{name: "always", val: map[string]string{"appendonly": "yes", "appendfsync": "always", "appendfilename": "appendonly.aof"}, ok: true},
+		{name: "everysec", val: map[string]string{"appendonly": "yes", "appendfsync": "everysec"}, reason: "appendfsync everysec"},
+		{name: "no fsync", val: map[string]string{"appendonly": "yes", "appendfsync": "no"}, reason: "appendfsync no"},
+		{name: "AOF off", val: map[string]string{"appendonly": "no", "appendfsync": "always"}, reason: "appendonly no"},
+		{name: "filtered answer", val: map[string]string{}, refused: true, reason: "does not show"},
+		{name: "ACL", err: replyError("NOPERM User default has no permissions to run the 'config|get' command"), refused: true, reason: "refuses"},
+		{name: "renamed", err: replyError("ERR unknown command 'CONFIG', with args beginning with: 'GET' 'append*'"), refused: true, reason: "refuses"},
+		{name: "loading", err: replyError("LOADING Redis is loading the dataset in memory"), reason: "cannot be asked"},
+		{name: "timeout", err: context.DeadlineExceeded, reason: "cannot be asked"},
+		{name: "down", err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), reason: "cannot be asked"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := redis.NewMapStringStringCmd(context.Background(), "config", "get", "append*")
+			cmd.SetVal(tt.val)
+			cmd.SetErr(tt.err)
+			v := nodeDurable("127.0.0.1:6379", cmd)
+			if v.ok != tt.ok || v.refused != tt.refused || !strings.Contains(v.reason, tt.reason) {
+				t.Errorf("got ok %v refused %v reason %q, want ok %v refused %v reason with %q", v.ok, v.refused, v.reason, tt.ok, tt.refused, tt.reason)
+			}
+			if !v.ok && v.detail == "" {
+				t.Error("no detail for the log")
+			}
+		})
+	}
+}
+
+// The check asks every primary: each master of the Redis Cluster of `make
+// test-cluster`, or the one Redis of `make up`. Read only (CONFIG GET), so
+// it runs on the shared servers; its verdict must be what each primary's
+// own answer says.
+func TestZeroLossAsksEveryPrimary(t *testing.T) {
+	g := startGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		primary []string
+		notYet  []string // primaries that do not fsync every write
+	)
+	err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		m, err := node.ConfigGet(ctx, "append*").Result()
+		if err != nil {
+			return err
+		}
+		addr := node.(*redis.Client).Options().Addr
+		mu.Lock()
+		defer mu.Unlock()
+		primary = append(primary, addr)
+		if m["appendonly"] != "yes" || m["appendfsync"] != "always" {
+			notYet = append(notYet, addr)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if localstack.Cluster() && len(primary) < 2 {
+		t.Fatalf("a cluster of %d primaries", len(primary))
+	}
+	st := newDurability(g.rdb, zap.NewNop(), 5*time.Second, metrics.NewSet()).check(ctx)
+	if st.ok != (len(notYet) == 0) {
+		t.Fatalf("verdict ok=%v (%s: %s); primaries %v, not fsyncing every write %v", st.ok, st.reason, st.detail, primary, notYet)
+	}
+	for _, addr := range notYet {
+		if !strings.Contains(st.detail, addr+": ") {
+			t.Errorf("detail %q does not name %s", st.detail, addr)
+		}
+	}
+	t.Logf("%d primaries, %d not fsyncing every write: %s", len(primary), len(notYet), st.detail)
+}
