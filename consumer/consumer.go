@@ -81,7 +81,7 @@ type Stats struct {
 	Redelivered  uint64 // of those, messages RabbitMQ had delivered before
 	Inserted     uint64 // rows inserted into orders
 	Duplicates   uint64 // snapshots of orders that were already in MySQL (redeliveries, duplicates, changes of state)
-	Updated      uint64 // of those, rows whose state this consumer changed
+	Updated      uint64 // of those, rows this consumer changed (state, pay_by, or only the event number seq)
 	Batches      uint64 // transactions committed
 	DeadLettered uint64 // malformed messages rejected to the dead-letter queue
 	DBErrors     uint64 // failed transactions (retried)
