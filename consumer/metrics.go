@@ -69,6 +69,9 @@ func (c *Consumer) ServeMetrics(ctx context.Context, addr string) error {
 			case "/metrics":
 				rc.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 				c.WriteMetrics(rc)
+				if c.extraMetrics != nil {
+					c.extraMetrics(rc)
+				}
 				metrics.WriteProcessMetrics(rc)
 			case "/healthz", "/livez":
 				rc.SetContentType("application/json")

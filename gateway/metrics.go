@@ -50,6 +50,7 @@ func newGatewayMetrics(s *Server) *gatewayMetrics {
 		metrics.WriteCounterUint64(w, "flashgate_script_errors_total", st.Errors)
 		metrics.WriteCounterUint64(w, "flashgate_script_noscript_total", st.NoScript)
 		metrics.WriteCounterUint64(w, "flashgate_script_reloads_total", st.Reloads)
+		metrics.WriteCounterUint64(w, "flashgate_script_held_sales_total", st.Held)
 		metrics.WriteCounterUint64(w, "flashgate_reserve_calls_total", s.batch.calls.Load())
 		metrics.WriteCounterUint64(w, "flashgate_reserve_reservations_total", s.batch.reservations.Load())
 		draining := 0.0

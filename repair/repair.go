@@ -27,11 +27,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -118,6 +120,15 @@ func New(cfg Config, d Deps) (*Repairer, error) {
 // Stats returns the counters since start.
 func (r *Repairer) Stats() Stats {
 	return Stats{Repaired: r.repaired.Load(), Restored: r.restored.Load(), Raised: r.raised.Load(), Errors: r.errs.Load()}
+}
+
+// WriteMetrics writes the Repairer's counters in Prometheus text format.
+func (r *Repairer) WriteMetrics(w io.Writer) {
+	s := r.Stats()
+	metrics.WriteCounterUint64(w, "flashgate_repair_sales_total", s.Repaired)
+	metrics.WriteCounterUint64(w, "flashgate_repair_orders_total", s.Restored)
+	metrics.WriteCounterUint64(w, "flashgate_repair_stock_raised_units_total", s.Raised)
+	metrics.WriteCounterUint64(w, "flashgate_repair_errors_total", s.Errors)
 }
 
 // Run works until ctx ends, then returns nil. A failure is logged and tried
@@ -326,6 +337,12 @@ func (r *Repairer) apply(ctx context.Context, sale string, rows []order.Order, l
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	v, err := r.d.Loader.Run(cctx, scripts.Repair, keys, args...)
+	if errors.Is(err, scripts.ErrNotLoaded) {
+		// The consumer loads its scripts on first use; so does this.
+		if _, err = r.d.Loader.Load(cctx); err == nil {
+			v, err = r.d.Loader.Run(cctx, scripts.Repair, keys, args...)
+		}
+	}
 	if err != nil {
 		return false, 0, 0, fmt.Errorf("repair: sale %s: %w", sale, err)
 	}

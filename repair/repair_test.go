@@ -376,7 +376,9 @@ func TestRepairWaitsForTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := 3
-	r, err := New(Config{Grace: 10 * time.Millisecond}, Deps{Redis: e.rdb, DB: e.db, Loader: e.loader, Keys: e.keys,
+	// A loader of its own, not loaded yet, as a consumer's is until its
+	// first use.
+	r, err := New(Config{Grace: 10 * time.Millisecond}, Deps{Redis: e.rdb, DB: e.db, Loader: scripts.New(e.rdb, "", e.keys), Keys: e.keys,
 		Ready: func(context.Context) (int, error) { return ready, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -34,10 +34,6 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	// Redis being down must not keep the consumer from writing MySQL.
 	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 
-	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer")})
-	if err != nil {
-		return err
-	}
 	// The repairer releases the sales held after a Redis restart once they
 	// are checked against MySQL; it stops with the consumer.
 	rp, err := repair.New(repair.Config{Timeout: cfg.Redis.Timeout + 5*time.Second}, repair.Deps{
@@ -46,6 +42,11 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 			return broker.Ready(ctx, cfg.AMQP, broker.InstanceName("repair"))
 		},
 	})
+	if err != nil {
+		return err
+	}
+	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
+		Metrics: rp.WriteMetrics})
 	if err != nil {
 		return err
 	}
