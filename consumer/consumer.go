@@ -25,11 +25,11 @@
 package consumer
 
 import (
-	"io"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
