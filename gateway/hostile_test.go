@@ -14,6 +14,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // rawFields sends one request over a fresh connection with the header
@@ -48,15 +52,22 @@ func rawFields(t *testing.T, addr, method, target, body, fields string) response
 	return r
 }
 
-// idemKeys counts the Idempotency-Keys Redis holds for a sale.
+// idemKeys counts the Idempotency-Keys Redis holds for a sale, on every
+// primary (SCAN on a cluster client asks one node only).
 func (g *testGateway) idemKeys(sale string) int {
 	g.t.Helper()
+	var mu sync.Mutex
 	n := 0
-	iter := g.rdb.Scan(context.Background(), 0, g.keys.Idem(sale, "*"), 1000).Iterator()
-	for iter.Next(context.Background()) {
-		n++
-	}
-	if err := iter.Err(); err != nil {
+	err := localstack.ForEachPrimary(context.Background(), g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		iter := node.Scan(ctx, 0, g.keys.Idem(sale, "*"), 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		return iter.Err()
+	})
+	if err != nil {
 		g.t.Fatal(err)
 	}
 	return n

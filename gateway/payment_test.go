@@ -599,12 +599,13 @@ func TestPaymentIdempotencyReplay(t *testing.T) {
 	}
 }
 
-// newTestStore is a Store on the Redis of `make up` under a prefix of its
-// own, with no gateway and so no sweeper: the test decides when a sweep
-// runs. Its keys are deleted when the test ends.
+// newTestStore is a Store on the Redis of `make up` (or the cluster of
+// FLASHGATE_REDIS_ADDRS) under a prefix of its own, with no gateway and so
+// no sweeper: the test decides when a sweep runs. Its keys are deleted when
+// the test ends.
 func newTestStore(t *testing.T, prefix string) (*Store, redis.UniversalClient) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: strings.Split(redisAddr(), ",")[0], PoolSize: 16})
+	rdb := localstack.NewRedis(&redis.UniversalOptions{Addrs: strings.Split(redisAddr(), ","), PoolSize: 16})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	loader := scripts.New(rdb, "", scripts.Keys{Prefix: prefix})
