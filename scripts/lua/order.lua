@@ -48,9 +48,11 @@ local ORDER_CONFIRMED = 18     -- a pay of an order whose sale asked none
 local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
 
 local op, channel, sale = ARGV[1], ARGV[2], ARGV[3]
+local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq')
+-- TIME as late as it can be: the outbox entry's stream id (Redis's clock
+-- at the XADD) should fall in the millisecond the decision was made in.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq')
 if mh[1] == '1' then
   if op == 'sweep' then return {now, now + 1000} end
   return {REPAIRING, '', now, 0}
