@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // durabilityEvery is how often zero-loss mode asks every primary again.
@@ -130,7 +131,7 @@ func (d *durability) check(ctx context.Context) *durableState {
 		mu  sync.Mutex
 		bad []nodeVerdict
 	)
-	err := forEachPrimary(ctx, d.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
+	err := scripts.ForEachPrimary(ctx, d.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		v := nodeDurable(addr, node.ConfigGet(ctx, "append*"))
 		if !v.ok {
 			mu.Lock()
@@ -181,22 +182,4 @@ func nodeDurable(addr string, cmd *redis.MapStringStringCmd) nodeVerdict {
 		v.ok = true
 	}
 	return v
-}
-
-// forEachPrimary calls fn for every primary of a Redis Cluster, at once,
-// or for rdb itself when it is one Redis. It returns the first error, and
-// the cluster's when it cannot list its primaries.
-func forEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.Cmdable, addr string) error) error {
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return fn(ctx, node, node.Options().Addr)
-		})
-	case *redis.Client:
-		return fn(ctx, c, c.Options().Addr)
-	case nil:
-		return errors.New("no Redis client")
-	default:
-		return fn(ctx, c, "redis")
-	}
 }

@@ -248,35 +248,44 @@ func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
 func (l *Loader) runIDs(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	var ids []string
-	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "server").Result()
+	err := ForEachPrimary(ctx, l.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
+		info, err := node.Info(ctx, "server").Result()
 		if err != nil {
 			return err
 		}
 		_, rest, ok := strings.Cut(info, "run_id:")
 		id, _, _ := strings.Cut(rest, "\r\n")
 		if !ok || id == "" {
-			return fmt.Errorf("INFO server of %s has no run_id", c.Options().Addr)
+			return fmt.Errorf("INFO server of %s has no run_id", addr)
 		}
 		mu.Lock()
 		ids = append(ids, id)
 		mu.Unlock()
 		return nil
-	}
-	var err error
-	switch c := l.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, one)
-	case *redis.Client:
-		err = one(ctx, c)
-	default:
-		return nil, fmt.Errorf("scripts: %T is neither a client nor a cluster client", l.rdb)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("scripts: read run ids: %w", err)
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// ForEachPrimary calls fn for every primary of a Redis Cluster, at once,
+// or for rdb itself when it is one Redis. It returns the first error, and
+// the cluster's when it cannot list its primaries.
+func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.Cmdable, addr string) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return fn(ctx, node, node.Options().Addr)
+		})
+	case *redis.Client:
+		return fn(ctx, c, c.Options().Addr)
+	case nil:
+		return errors.New("no Redis client")
+	default:
+		return fn(ctx, c, "redis")
+	}
 }
 
 func (l *Loader) read(name string) (string, error) {

@@ -31,9 +31,10 @@
 local live = {C = true, P = true, D = true}
 local counters = {P = 'pending', D = 'paid', X = 'cancelled', E = 'expired'}
 
-local sold, counts, changed, raised = 0, {}, 0, 0
+local applied, sold, counts, changed, raised = 0, 0, {}, 0, 0
 local m = redis.call('HMGET', KEYS[1], 'hold', 'stock', 'sold', 'seq')
-if m[1] ~= '1' then return {m[1] == '1' and 1 or 0, changed, raised} end
+if m[1] ~= '1' then return {applied, changed, raised} end
+applied = 1
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -106,4 +107,4 @@ if last then
   redis.call('HDEL', KEYS[1], 'hold')
   redis.call('PUBLISH', ARGV[1], sale)
 end
-return {m[1] == '1' and 1 or 0, changed, raised}
+return {applied, changed, raised}
