@@ -29,6 +29,11 @@ import (
 //   - exp is required and must be in the future; no leeway, so a token is
 //     never honoured past the instant its issuer wrote into it.
 //   - sub follows the id rule of user_id (order.ValidID).
+//   - Member names are case-sensitive (RFC 7515 §4, RFC 7519 §4): the
+//     claims are read into a map, so "SUB" or "Exp" is some other claim,
+//     never sub or exp. (encoding/json into a struct would match them
+//     case-insensitively, and then "sub":"alice","SUB":"bob" would name
+//     bob here and alice to every verifier that follows the RFC.)
 //   - Exactly one Authorization header, scheme "Bearer" (any case, as RFC
 //     9110 §11.1 has it), one or more spaces, then the token and nothing
 //     else. Of two headers a proxy and the gateway might each read a
@@ -129,14 +134,18 @@ func (a *buyerAuth) check(h *fasthttp.RequestHeader) (string, error) {
 
 // verify checks one token and returns its sub.
 func (a *buyerAuth) verify(tok []byte) (string, error) {
-	var claims jwt.RegisteredClaims
-	if _, err := a.parser.ParseWithClaims(string(tok), &claims, a.keyFn); err != nil {
+	claims := jwt.MapClaims{}
+	if _, err := a.parser.ParseWithClaims(string(tok), claims, a.keyFn); err != nil {
 		return "", err
 	}
-	if !order.ValidID(claims.Subject) {
+	sub, err := claims.GetSubject()
+	if err != nil {
+		return "", err
+	}
+	if !order.ValidID(sub) {
 		return "", errBadSub
 	}
-	return claims.Subject, nil
+	return sub, nil
 }
 
 // bearerToken returns the token of the request's one Authorization field,

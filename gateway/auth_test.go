@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -217,6 +216,11 @@ func refusals(t *testing.T, k buyerKeys) []struct {
 		{"no exp", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"sub": "alice"}))}},
 		{"exp not a number", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"sub": "alice", "exp": "tomorrow"}))}},
 		{"not yet valid (nbf)", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"sub": "alice", "exp": now.Add(time.Hour).Unix(), "nbf": now.Add(30 * time.Minute).Unix()}))}},
+		// Claim names are case-sensitive (RFC 7519 §4): these are not
+		// sub and exp.
+		{"sub and exp in upper case", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"SUB": "alice", "EXP": now.Add(time.Hour).Unix()}))}},
+		{"exp in another case", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"sub": "alice", "Exp": now.Add(time.Hour).Unix()}))}},
+		{"sub in another case", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"Sub": "alice", "exp": now.Add(time.Hour).Unix()}))}},
 		{"no sub", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, jwt.MapClaims{"exp": now.Add(time.Hour).Unix()}))}},
 		{"empty sub", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, claimsOf("")))}},
 		{"sub with a space", []string{bearer(sign(t, jwt.SigningMethodRS256, k.rsa, claimsOf("alice smith")))}},
@@ -731,6 +735,8 @@ func FuzzToken(f *testing.F) {
 		{"Bearer ", `{"alg":"HS256","alg":"none"}`, good, true, ""},
 		{"Bearer ", `{"alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","sub":"bob","exp":%d}`, exp), true, ""},
 		{"Bearer ", `{"alg":"HS256"}`, good, true, ".x"},
+		{"Bearer ", `{"alg":"HS256","AlG":""}`, fmt.Sprintf(`{"suB":"0","eXp":%d}`, exp), true, ""},
+		{"Bearer ", `{"alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","SUB":"bob","exp":%d}`, exp), true, ""},
 		{"Basic ", `{"alg":"HS256"}`, good, true, ""},
 		{"Bearer", `{"alg":"HS256"}`, good, true, ""},
 		{"", "", "", false, ""},
@@ -769,30 +775,24 @@ func FuzzToken(f *testing.F) {
 		if err != nil || !hmac.Equal(mac, hs256(secret, parts[0]+"."+parts[1])) {
 			t.Fatalf("accepted %q without its HMAC-SHA256 signature", got)
 		}
-		var hdr struct{ Alg any }
-		if err := decodeSegment(parts[0], &hdr); err != nil || hdr.Alg != "HS256" {
-			t.Fatalf("accepted %q with header alg %v (%v)", got, hdr.Alg, err)
+		// Member names are case-sensitive (RFC 7515 §4): read both
+		// segments into maps, never into structs, which encoding/json
+		// matches case-insensitively.
+		var hdr map[string]any
+		if err := decodeSegment(parts[0], &hdr); err != nil || hdr["alg"] != "HS256" {
+			t.Fatalf("accepted %q with header alg %v (%v)", got, hdr["alg"], err)
 		}
-		var c struct {
-			Sub any
-			Exp any
-		}
+		var c map[string]any
 		if err := decodeSegment(parts[1], &c); err != nil {
 			t.Fatalf("accepted %q with claims that are not an object: %v", got, err)
 		}
-		// exp is a number, or (as golang-jwt reads a NumericDate) a
-		// string holding one; either way in the future.
-		e, ok := c.Exp.(float64)
-		if s, isStr := c.Exp.(string); isStr {
-			var err error
-			e, err = strconv.ParseFloat(s, 64)
-			ok = err == nil
-		}
+		// exp is a number, in the future.
+		e, ok := c["exp"].(float64)
 		if !ok || time.Unix(int64(e), 0).Before(time.Now().Add(-time.Second)) {
-			t.Fatalf("accepted %q with exp %v", got, c.Exp)
+			t.Fatalf("accepted %q with exp %v", got, c["exp"])
 		}
-		if s, ok := c.Sub.(string); !ok || s != sub || !order.ValidID(sub) {
-			t.Fatalf("accepted %q as %q with sub %v", got, sub, c.Sub)
+		if s, ok := c["sub"].(string); !ok || s != sub || !order.ValidID(sub) {
+			t.Fatalf("accepted %q as %q with sub %v", got, sub, c["sub"])
 		}
 	})
 }
