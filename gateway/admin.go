@@ -200,8 +200,8 @@ func adminView(v *SaleView) []byte {
 	b = strconv.AppendInt(b, v.PaymentWindow, 10)
 	b = append(b, `,"pending_payment":`...)
 	b = strconv.AppendInt(b, v.Pending, 10)
-	// Every sale has one bucket until buckets are built (parseSaleUpdate).
-	b = append(b, `,"buckets":1`...)
+	b = append(b, `,"buckets":`...)
+	b = strconv.AppendInt(b, max(v.Buckets, 1), 10)
 	return append(b, '}')
 }
 
@@ -250,13 +250,6 @@ func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 
 // parseSaleUpdate parses an admin PUT body. A field left out is nil; a time
 // given as null is clearTime.
-//
-// buckets is checked against API.md's bounds (1–16), but a sale of more
-// than one bucket is refused (400) until buckets are built: a sale stored
-// with a bucket count its stock is not laid out for would be a sale that
-// the bucket code, once it comes, finds in a layout it does not expect. So
-// every sale has one bucket, and a PUT saying 1 is taken (and kept: there
-// is nothing to store).
 func parseSaleUpdate(body []byte) (SaleUpdate, string) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
@@ -289,9 +282,7 @@ func parseSaleUpdate(body []byte) (SaleUpdate, string) {
 		if !ok || n < 1 || n > maxBuckets {
 			return u, "buckets must be a whole number from 1 to 16"
 		}
-		if n != 1 {
-			return u, "buckets above 1 are not supported yet"
-		}
+		u.Buckets = &n
 	}
 	var reason string
 	if u.StartsAt, reason = parseTime(raw, "starts_at"); reason != "" {

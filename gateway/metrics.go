@@ -123,10 +123,23 @@ func (s *Server) writeSaleMetrics(w io.Writer) {
 		exist, live int
 		rows        []saleRow
 	)
+	// A bucket of a sale of several (buckets.go) is not a sale: its sold
+	// is its sale's, whose home keeps the stock and sells nothing itself.
+	laneSold := map[string]int64{}
+	for i, lane := range sales {
+		if sale, _, ok := laneSale(lane); ok {
+			if vals := metas[i].Val(); len(vals) == 3 {
+				laneSold[sale] += num(vals[1])
+			}
+		}
+	}
 	for i, sale := range sales {
 		vals := metas[i].Val()
 		if len(vals) != 3 || vals[0] == nil {
 			continue // an id without a sale (see Store.Upsert)
+		}
+		if _, _, ok := laneSale(sale); ok {
+			continue
 		}
 		exist++
 		if ends := num(vals[2]); ends > 0 && now >= ends {
@@ -136,7 +149,7 @@ func (s *Server) writeSaleMetrics(w io.Writer) {
 		// An id outside the id rule (never made by the admin API) could
 		// break the exposition format; it is in the totals all the same.
 		if order.ValidID(sale) {
-			rows = append(rows, saleRow{id: sale, stock: num(vals[0]), sold: num(vals[1])})
+			rows = append(rows, saleRow{id: sale, stock: num(vals[0]), sold: num(vals[1]) + laneSold[sale]})
 		}
 	}
 	if len(rows) > maxSaleSeries {

@@ -38,6 +38,13 @@ var (
 	// errRepairing is a sale held after a Redis restart or failover until
 	// it has been checked against MySQL (scripts' hold, package repair).
 	errRepairing = fmt.Errorf("%w: the sale is held until it is checked against MySQL after a Redis restart", ErrUnavailable)
+	// errBucketed is the home slot of a sale of several buckets asked to
+	// reserve: Store.Reserve sends the buyers to their buckets, and no
+	// buyer ever hears it (buckets.go).
+	errBucketed = fmt.Errorf("%w: the sale's stock is in its buckets", ErrUnavailable)
+	// errBucketsFixed is an update naming a bucket count other than the
+	// sale's: 409 conflict, as a stock below sold is.
+	errBucketsFixed = fmt.Errorf("%w: a sale's buckets are fixed at its creation", ErrConflict)
 )
 
 // outcome maps a code of the Lua scripts to its sentinel; CodeOK is nil.
@@ -82,6 +89,10 @@ func outcome(code scripts.Code) error {
 		return ErrOrderConfirmed
 	case scripts.CodeRepairing:
 		return errRepairing
+	case scripts.CodeBucketed:
+		return errBucketed
+	case scripts.CodeBucketsFixed:
+		return errBucketsFixed
 	default:
 		// An order id collision, or a code of a script the gateway does not
 		// understand. Neither promised anything to the buyer.

@@ -909,8 +909,10 @@ func TestParseSalePaymentFields(t *testing.T) {
 		{`{"payment_window":null}`, -1, "payment_window"},
 		{`{"buckets":0}`, -1, "buckets must"},
 		{`{"buckets":17}`, -1, "buckets must"},
-		{`{"buckets":2}`, -1, "not supported"},
-		{`{"buckets":16}`, -1, "not supported"},
+		{`{"buckets":1.5}`, -1, "buckets must"},
+		{`{"buckets":"2"}`, -1, "buckets must"},
+		{`{"buckets":2}`, -1, ""},
+		{`{"buckets":16}`, -1, ""},
 	}
 	for _, tc := range tests {
 		u, reason := parseSaleUpdate([]byte(tc.body))

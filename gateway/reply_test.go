@@ -65,11 +65,11 @@ func TestDecodeReserve(t *testing.T) {
 	}
 }
 
-// Invariant 7, for the admin script's reply: sixteen integers or an error.
+// Invariant 7, for the admin script's reply: eighteen integers or an error.
 func TestDecodeAdmin(t *testing.T) {
 	good := func() []any {
 		return []any{int64(0), int64(1), int64(1700000000000), int64(10), int64(3), int64(2), int64(0),
-			int64(0), int64(0), int64(2), int64(1), int64(60), int64(1), int64(0), int64(0), int64(0)}
+			int64(0), int64(0), int64(2), int64(1), int64(60), int64(1), int64(0), int64(0), int64(0), int64(1), int64(0)}
 	}
 	if n, err := decodeAdmin(good()); err != nil || n[3] != 10 || n[9] != 2 {
 		t.Fatalf("decodeAdmin(good) = %v, %v", n, err)
@@ -83,6 +83,7 @@ func TestDecodeAdmin(t *testing.T) {
 		{"element nil", func() any { a := good(); a[10] = nil; return a }},
 		{"short", func() any { return good()[:15] }},
 		{"eleven, as before payment windows", func() any { return good()[:11] }},
+		{"sixteen, as before buckets", func() any { return good()[:16] }},
 		{"long", func() any { return append(good(), int64(0)) }},
 		{"not an array", func() any { return "pong" }},
 	}
@@ -96,7 +97,8 @@ func TestDecodeAdmin(t *testing.T) {
 }
 
 // Every code the scripts can answer has its outcome; only an order id
-// collision, a sale held for repair (and codes no script has) are 503.
+// collision, a sale held for repair, a bucketed sale's home (which
+// Store.Reserve never lets a buyer hear) and codes no script has are 503.
 func TestOutcomeOfEveryCode(t *testing.T) {
 	seen := map[error]scripts.Code{}
 	for c := scripts.Code(0); c.Known(); c++ {
@@ -106,7 +108,7 @@ func TestOutcomeOfEveryCode(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", c, err)
 			}
-		case c == scripts.CodeOrderIDCollision || c == scripts.CodeRepairing:
+		case c == scripts.CodeOrderIDCollision || c == scripts.CodeRepairing || c == scripts.CodeBucketed:
 			if !errors.Is(err, ErrUnavailable) {
 				t.Errorf("%s: %v, want ErrUnavailable", c, err)
 			}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +24,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	loader *scripts.Loader
 	keys   scripts.Keys
+	// buckets holds the *bucketSet of every sale of several buckets met
+	// (buckets.go), by sale id: fixed at creation, so never stale.
+	buckets sync.Map
 }
 
 // NewStore returns a Store on the given client and loaded scripts.
@@ -49,31 +54,33 @@ type Result struct {
 	Err     error
 }
 
-// Reserve applies rs in order in one atomic script call and writes one
-// Result per reservation into out (len(out) ≥ len(rs)). It returns an error
-// wrapping ErrUnavailable when Redis could not answer, or answered what the
-// gateway cannot read; then no Result is set and nothing may be promised to
-// the buyers. It blocks for the script call, bounded by ctx.
-func (s *Store) Reserve(ctx context.Context, sale string, rs []Reservation, out []Result) error {
+// reserveOn applies rs in order in one atomic script call on the keys of
+// lane (a sale, or a bucket of one), recording them as orders of sale, and
+// writes one Result per reservation into out (len(out) ≥ len(rs)). It
+// returns an error wrapping ErrUnavailable when Redis could not answer, or
+// answered what the gateway cannot read; then no Result is set and nothing
+// may be promised to the buyers. It blocks for the script call, bounded by
+// ctx.
+func (s *Store) reserveOn(ctx context.Context, lane, sale string, rs []Reservation, out []Result) error {
 	keys := make([]string, 5, 5+len(rs))
-	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale),
-		s.keys.Orders(sale), s.keys.Due(sale)
+	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(lane), s.keys.Users(lane), s.keys.Outbox(lane),
+		s.keys.Orders(lane), s.keys.Due(lane)
 	args := make([]any, 2, 2+4*len(rs))
 	args[0], args[1] = sale, int64(scripts.IdemTTL/time.Second)
 	for _, r := range rs {
 		ik := 0
 		if r.IdemKey != "" {
-			keys = append(keys, s.keys.Idem(sale, r.IdemKey))
+			keys = append(keys, s.keys.Idem(lane, r.IdemKey))
 			ik = len(keys)
 		}
 		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
 	}
 	v, err := s.loader.Run(ctx, scripts.Reserve, keys, args...)
 	if err != nil {
-		return fmt.Errorf("reserve %s: %w: %w", sale, ErrUnavailable, err)
+		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
 	}
 	if err := decodeReserve(v, out[:len(rs)]); err != nil {
-		return fmt.Errorf("reserve %s: %w: %w", sale, ErrUnavailable, err)
+		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
 	}
 	return nil
 }
@@ -132,6 +139,9 @@ type SaleView struct {
 	PaymentWindow int64 // seconds; 0 for none
 	// Numbers of orders: awaiting payment, and moved to each final state.
 	Pending, Paid, Cancelled, Expired int64
+	// Buckets is the sale's bucket count (1 for the one slot); Moved, of a
+	// sale of several, the units its home has handed to them.
+	Buckets, Moved int64
 }
 
 // Remaining is stock not yet sold.
@@ -164,14 +174,54 @@ type SaleUpdate struct {
 	StartsAt      *int64
 	EndsAt        *int64
 	PaymentWindow *int64
+	Buckets       *int64 // fixed at creation: another count on an update is ErrConflict
 }
 
 const clearTime = -1
 
 // Sale reads a sale. It returns ErrNotFound or an error wrapping ErrUnavailable.
+// A sale of several buckets is its home's view with the buckets' counts
+// summed in (sumBuckets).
 func (s *Store) Sale(ctx context.Context, sale string) (*SaleView, error) {
 	v, _, err := s.admin(ctx, sale, "get")
-	return v, err
+	if err != nil {
+		return nil, err
+	}
+	return s.sumBuckets(ctx, v)
+}
+
+// sumBuckets adds to the home view v of a sale of several buckets what its
+// buckets hold: sold, buyers (a buyer buys in one bucket only), outbox
+// entries and orders by state. Each bucket is read atomically, the sum is
+// not one instant. A sale of one bucket is returned as it is.
+func (s *Store) sumBuckets(ctx context.Context, v *SaleView) (*SaleView, error) {
+	if v.Buckets <= 1 {
+		return v, nil
+	}
+	bs, err := s.bucketsOf(ctx, v.ID)
+	if err != nil {
+		return nil, err
+	}
+	if bs == nil {
+		return nil, fmt.Errorf("sale %s: %w: %d buckets but no names", v.ID, ErrUnavailable, v.Buckets)
+	}
+	for _, lane := range bs.names {
+		b, _, err := s.admin(ctx, lane, "get")
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("sale %s: %w: bucket %s missing", v.ID, ErrUnavailable, lane)
+		}
+		if err != nil {
+			return nil, err
+		}
+		v.Sold += b.Sold
+		v.Buyers += b.Buyers
+		v.OutboxPending += b.OutboxPending
+		v.Pending += b.Pending
+		v.Paid += b.Paid
+		v.Cancelled += b.Cancelled
+		v.Expired += b.Expired
+	}
+	return v, nil
 }
 
 // Upsert creates or updates a sale, atomically with buyers. created tells
@@ -179,6 +229,29 @@ func (s *Store) Sale(ctx context.Context, sale string) (*SaleView, error) {
 // ErrStockRequired, or an error wrapping ErrUnavailable. A refused create
 // leaves the sale registry (Keys.Sales) as it was.
 func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *SaleView, created bool, err error) {
+	bs, err := s.bucketsOf(ctx, sale)
+	if err != nil {
+		return nil, false, err
+	}
+	if bs != nil {
+		return s.upsertBuckets(ctx, bs, u)
+	}
+	if u.Buckets != nil && *u.Buckets > 1 && u.Stock != nil {
+		n, err := s.rdb.Exists(ctx, s.keys.Meta(sale)).Result()
+		if err != nil {
+			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
+		}
+		if n == 0 {
+			return s.createBuckets(ctx, sale, u)
+		}
+		// A sale of one bucket: its script refuses the other count.
+	}
+	return s.upsertOne(ctx, sale, u, "")
+}
+
+// upsertOne is Upsert of a sale of one slot, or of the home of a sale of
+// several buckets (names set on its create).
+func (s *Store) upsertOne(ctx context.Context, sale string, u SaleUpdate, names string) (view *SaleView, created bool, err error) {
 	// The relay finds outboxes through the registry, a set in a slot of its
 	// own that no script on the sale's slot may write. So the id is added
 	// before the script runs, so that no sale can take an order before the
@@ -223,7 +296,68 @@ func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *Sa
 		}
 	}
 	return s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt),
-		optInt(u.PaymentWindow))
+		optInt(u.PaymentWindow), optInt(u.Buckets), names)
+}
+
+// createBuckets creates a sale of several buckets: the buckets first, each
+// a sale of no stock with the sale's settings, registered (Keys.Sales, and
+// Keys.Paying with a window) before its script runs as upsertOne registers a
+// sale; then the home, which makes the sale exist. A create that fails
+// half way leaves buckets that nothing sends buyers to, and a retry finds
+// and updates them (their ids depend on the sale id and the slot map only).
+func (s *Store) createBuckets(ctx context.Context, sale string, u SaleUpdate) (*SaleView, bool, error) {
+	if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
+		return nil, false, ErrBadWindow
+	}
+	names, err := s.bucketNames(ctx, sale, int(*u.Buckets))
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.rdb.SAdd(ctx, s.keys.Bucketed(), sale).Err(); err != nil {
+		return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
+	}
+	zero := int64(0)
+	lane := SaleUpdate{Stock: &zero, Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
+	for _, name := range names {
+		if _, _, err := s.upsertOne(ctx, name, lane, ""); err != nil {
+			return nil, false, err
+		}
+	}
+	v, created, err := s.upsertOne(ctx, sale, u, strings.Join(names, ","))
+	if err != nil {
+		return nil, false, err
+	}
+	v, err = s.sumBuckets(ctx, v)
+	return v, created, err
+}
+
+// upsertBuckets updates a sale of several buckets: the home decides (a
+// stock below what its buckets hold is a conflict, so their unsold stock is
+// taken back first), then each bucket takes the new settings, before it
+// returns. A failure half way is an error (503): the PUT, repeated, sets
+// them all.
+func (s *Store) upsertBuckets(ctx context.Context, bs *bucketSet, u SaleUpdate) (*SaleView, bool, error) {
+	if u.Stock != nil {
+		for j := range bs.names {
+			if _, err := s.giveBack(ctx, bs, j); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	v, created, err := s.upsertOne(ctx, bs.sale, u, "")
+	if err != nil {
+		return nil, false, err
+	}
+	lane := SaleUpdate{Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
+	if lane != (SaleUpdate{}) {
+		for _, name := range bs.names {
+			if _, _, err := s.upsertOne(ctx, name, lane, ""); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	v, err = s.sumBuckets(ctx, v)
+	return v, created, err
 }
 
 // Restock adds n units to a sale's stock, atomically with buyers, once
@@ -237,7 +371,12 @@ func (s *Store) Restock(ctx context.Context, sale string, n int64) (*SaleView, e
 	}
 	v, _, err := s.adminKeys(ctx, sale, []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale),
 		s.keys.Op(sale, hex.EncodeToString(id[:]))}, "restock", n, maxStock)
-	return v, err
+	if err != nil {
+		return nil, err
+	}
+	// A sale of several buckets: the units join its pool, whence the
+	// buckets draw.
+	return s.sumBuckets(ctx, v)
 }
 
 // SetLocked locks or unlocks a sale. Once it returns, every reservation the
@@ -248,7 +387,23 @@ func (s *Store) SetLocked(ctx context.Context, sale string, locked bool) (*SaleV
 		op = "lock"
 	}
 	v, _, err := s.admin(ctx, sale, op)
-	return v, err
+	if err != nil || v.Buckets <= 1 {
+		return v, err
+	}
+	// Every bucket of the sale, before the call returns.
+	bs, err := s.bucketsOf(ctx, sale)
+	if err != nil {
+		return nil, err
+	}
+	if bs == nil {
+		return nil, fmt.Errorf("%s %s: %w: %d buckets but no names", op, sale, ErrUnavailable, v.Buckets)
+	}
+	for _, lane := range bs.names {
+		if _, _, err := s.admin(ctx, lane, op); err != nil {
+			return nil, err
+		}
+	}
+	return s.sumBuckets(ctx, v)
 }
 
 // Ping runs a script, so that it checks the script path and not only the
@@ -282,13 +437,13 @@ func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op st
 	}
 	return &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
 		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10], PaymentWindow: n[11],
-		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15]}, n[1] == 1, nil
+		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}, n[1] == 1, nil
 }
 
 // adminReply is the length of the admin script's reply: {code, created,
 // now, stock, sold, limit, locked, starts, ends, buyers, outbox, window,
-// pending, paid, cancelled, expired}.
-const adminReply = 16
+// pending, paid, cancelled, expired, buckets, moved}.
+const adminReply = 18
 
 // decodeAdmin reads the admin script's reply: adminReply integers, the
 // first the outcome code. A reply of any other shape or length is an error.
@@ -350,7 +505,19 @@ func (s *Store) orderKeys(sale string) []string {
 // changed}. A refusal that carries a record (ORDER_PAID, ORDER_EXPIRED, …)
 // returns it with the sentinel.
 func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.Record, bool, error) {
-	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(sale), op, s.keys.Events(), sale, orderID)
+	// An order of a sale of several buckets is in the bucket its id names.
+	lane := sale
+	if b, ok := orderBucket(orderID); ok {
+		bs, err := s.bucketsOf(ctx, sale)
+		if err != nil {
+			return scripts.Record{}, false, err
+		}
+		if bs == nil || b >= len(bs.names) {
+			return scripts.Record{}, false, ErrOrderNotFound
+		}
+		lane = bs.names[b]
+	}
+	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(lane), op, s.keys.Events(), sale, orderID)
 	if err != nil {
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
@@ -413,7 +580,7 @@ type SweepResult struct {
 // wrapping ErrUnavailable when Redis could not answer; it blocks for the
 // script call, bounded by ctx.
 func (s *Store) Sweep(ctx context.Context, sale string, limit int) (SweepResult, error) {
-	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(sale), "sweep", s.keys.Events(), sale, limit)
+	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(sale), "sweep", s.keys.Events(), saleOf(sale), limit)
 	if err == nil {
 		var res SweepResult
 		if res, err = decodeSweep(v); err == nil {

@@ -87,9 +87,20 @@ func (w *sweeper) run(ctx context.Context) {
 			return
 		case <-refresh.C:
 			w.refresh(ctx)
+			w.settle(ctx)
 		case <-tick.C:
 			w.sweep(ctx)
 		}
+	}
+}
+
+// settle finishes the half-done stock moves of sales of several buckets
+// (Store.settleMoves), bounded by a few Redis timeouts.
+func (w *sweeper) settle(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 4*w.timeout)
+	defer cancel()
+	if err := w.store.settleMoves(sctx); err != nil && ctx.Err() == nil {
+		w.log.Warn("cannot settle the stock moves of bucketed sales; retrying", zap.Error(err))
 	}
 }
 

@@ -61,6 +61,13 @@ const (
 	// restarted or failed over and may be behind MySQL; package repair
 	// releases it. Nothing was promised or changed: the gateway answers 503.
 	CodeRepairing Code = 19
+	// CodeBucketed: the sale keeps its stock in buckets (API.md "buckets"),
+	// so its home slot reserves nothing: the gateway sends each buyer to
+	// the bucket the buyer belongs to. Nothing was promised or changed.
+	CodeBucketed Code = 20
+	// CodeBucketsFixed: an update names a bucket count other than the
+	// sale's, which is fixed at creation.
+	CodeBucketsFixed Code = 21
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -85,6 +92,8 @@ var codeNames = [...]string{
 	CodeOrderExpired:        "ORDER_EXPIRED",
 	CodeOrderConfirmed:      "ORDER_CONFIRMED",
 	CodeRepairing:           "REPAIRING",
+	CodeBucketed:            "BUCKETED",
+	CodeBucketsFixed:        "BUCKETS_FIXED",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

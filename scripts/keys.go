@@ -39,6 +39,15 @@ func (k Keys) Idem(sale, key string) string { return k.Prefix + ":{" + sale + "}
 // Op names one admin operation that must not apply twice (a restock).
 func (k Keys) Op(sale, id string) string { return k.Prefix + ":{" + sale + "}:op:" + id }
 
+// Moves is the hash of a sale's moves of stock between its home slot and a
+// bucket that are half done (the move script): move id → what moves.
+func (k Keys) Moves(sale string) string { return k.Prefix + ":{" + sale + "}:moves" }
+
+// Bucketed is the set of the sales of several buckets, whose half-done moves
+// the gateways' settling pass finishes. Like Sales, it is in a slot of its
+// own.
+func (k Keys) Bucketed() string { return k.Prefix + ":bucketed" }
+
 // Sales is the set of every sale id ever created; the relay walks it to find
 // outbox streams.
 func (k Keys) Sales() string { return k.Prefix + ":sales" }

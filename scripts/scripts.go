@@ -41,9 +41,10 @@ const (
 	Order   = "order"
 	Hold    = "hold"
 	Repair  = "repair"
+	Move    = "move"
 )
 
-var names = []string{Admin, Hold, Mark, Order, Repair, Reserve}
+var names = []string{Admin, Hold, Mark, Move, Order, Repair, Reserve}
 
 // Names returns the names of the scripts every set must have, sorted: a
 // folder given as scripts.dir holds one NAME.lua of each.

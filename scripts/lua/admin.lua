@@ -8,17 +8,28 @@
 -- announced (gateways forget what they cached of the sale), ARGV[3] the sale
 -- id, then the operation's own arguments:
 --   get                          read the sale
---   upsert STOCK LIMIT STARTS ENDS WINDOW   create or update; '' keeps a
---                                field, 'null' clears a time, times are Unix
---                                ms, WINDOW the payment window in seconds
---                                (0 on create unless given)
+--   upsert STOCK LIMIT STARTS ENDS WINDOW BUCKETS NAMES   create or update;
+--                                '' keeps a field, 'null' clears a time,
+--                                times are Unix ms, WINDOW the payment
+--                                window in seconds (0 on create unless
+--                                given), BUCKETS the bucket count (1 on
+--                                create unless given, fixed after) and
+--                                NAMES its buckets' ids, comma-separated
+--                                (gateway/buckets.go)
 --   restock N MAX                add N units to stock (once per KEYS[4]),
 --                                unless the stock would pass MAX
 --   lock | unlock
 --   ping                         answers 'pong' (readiness check of the script path)
 --
 -- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers,
--- outbox, window, pending, paid, cancelled, expired}.
+-- outbox, window, pending, paid, cancelled, expired, buckets, moved}.
+--
+-- A sale of several buckets keeps here, in its home slot, the whole stock
+-- and its settings, and moved: the units handed to its buckets and not
+-- given back (the move script). Its sold, buyers and orders are the
+-- buckets' (each bucket is a sale of this script too, whose stock is what it
+-- was handed); so a stock may not go below moved, which is at least what
+-- the buckets sold.
 --
 -- Outcome codes: scripts/codes.go holds the same names and values (a test
 -- reads this file to keep them so); return no code but by its name.
@@ -28,6 +39,7 @@ local STOCK_BELOW_SOLD = 10
 local BAD_WINDOW = 11          -- ends not after starts
 local STOCK_REQUIRED = 12      -- stock missing on create
 local STOCK_CEILING = 13       -- a restock would take stock above the ceiling
+local BUCKETS_FIXED = 21       -- an update names another bucket count
 
 local op = ARGV[1]
 if op == 'ping' then
@@ -41,25 +53,31 @@ local created = 0
 
 local function view(code)
   local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends',
-    'window', 'pending', 'paid', 'cancelled', 'expired')
+    'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved')
   return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
     tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
     redis.call('HLEN', KEYS[2]), redis.call('XLEN', KEYS[3]),
     tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0,
-    tonumber(m[11]) or 0}
+    tonumber(m[11]) or 0, tonumber(m[12]) or 1, tonumber(m[13]) or 0}
 end
 
 if op == 'upsert' then
   local stock, limit, starts, ends, window = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] or ''
+  local buckets, names = ARGV[9] or '', ARGV[10] or ''
   if not exists then
     if stock == '' then return view(STOCK_REQUIRED) end
     if limit == '' then limit = '1' end
     if window == '' then window = '0' end
   end
-  local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends')
+  local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends', 'buckets', 'moved')
   local sold = tonumber(m[1]) or 0
   local s = tonumber(m[2]) or 0
   local e = tonumber(m[3]) or 0
+  if exists and buckets ~= '' and tonumber(buckets) ~= (tonumber(m[4]) or 1) then
+    return view(BUCKETS_FIXED)
+  end
+  -- The units the buckets were handed are at least what they sold.
+  if (tonumber(m[4]) or 1) > 1 then sold = tonumber(m[5]) or 0 end
   if starts == 'null' then s = 0 elseif starts ~= '' then s = tonumber(starts) end
   if ends == 'null' then e = 0 elseif ends ~= '' then e = tonumber(ends) end
   if s > 0 and e > 0 and e <= s then return view(BAD_WINDOW) end
@@ -70,6 +88,9 @@ if op == 'upsert' then
     created = 1
     redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0,
       'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+    if buckets ~= '' and tonumber(buckets) > 1 then
+      redis.call('HSET', KEYS[1], 'buckets', buckets, 'names', names, 'moved', 0)
+    end
   end
   if stock ~= '' then redis.call('HSET', KEYS[1], 'stock', stock) end
   if limit ~= '' then redis.call('HSET', KEYS[1], 'limit', limit) end

@@ -3,7 +3,7 @@
 -- several buyers of the same sale arrive together; a lone buyer is a batch of 1.
 --
 -- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked, window, pending,
---                      seq, hold)
+--                      seq, hold, buckets)
 -- KEYS[2] users hash  (user id -> units held)
 -- KEYS[3] outbox stream (one entry per accepted order, read by the relay)
 -- KEYS[4] orders hash (order id -> record "F:S:PAYBY:AT:QTY:USER", scripts/record.go)
@@ -43,10 +43,11 @@ local INSUFFICIENT_STOCK = 7
 local IDEMPOTENCY_CONFLICT = 8
 local ORDER_ID_COLLISION = 9   -- never expected; the gateway answers 503
 local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
+local BUCKETED = 20            -- the sale's stock is in its buckets: ask the buyer's bucket
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold', 'buckets')
 local exists = m[1] ~= false
 local stock = tonumber(m[1]) or 0
 local sold = tonumber(m[2]) or 0
@@ -62,9 +63,13 @@ local sold0 = sold
 local pending = 0
 local out = {}
 
-if m[9] == '1' then
+-- A held sale reserves nothing; nor does the home slot of a sale of several
+-- buckets (the gateway then sends each buyer to the bucket that is theirs).
+if m[9] == '1' or (tonumber(m[10]) or 1) > 1 then
+  local c = REPAIRING
+  if m[9] ~= '1' then c = BUCKETED end
   for i = 3, #ARGV, 4 do
-    out[#out + 1] = REPAIRING
+    out[#out + 1] = c
     out[#out + 1] = ''
     out[#out + 1] = 0
   end

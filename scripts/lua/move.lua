@@ -1,0 +1,79 @@
+-- move: units of a sale of several buckets moving between its home slot
+-- (the pool: stock not handed to any bucket) and one of its buckets. The two
+-- ends are in two slots, so a move is two calls of this script, each atomic
+-- on its own slot, and a record between them:
+--
+--   take   (home)   pool → a move record in the home's moves hash
+--   credit (bucket) the units into the bucket's stock, once per move id
+--   HDEL   (home)   the record, by the gateway, once credit has answered
+--
+--   give   (bucket) unsold bucket stock → a move record in its moves hash
+--   accept (home)   the units back into the pool, once per move id
+--   HDEL   (bucket) the record
+--
+-- A process that dies between the two halves leaves the record; whoever
+-- finds it later (gateway/buckets.go, the settling pass) runs the second half
+-- again, which its op key makes a no-op when it had already run. Every unit
+-- is at each instant in exactly one of: the pool, a take record, a bucket's
+-- stock, a give record. moved (home) counts what is in take records, bucket
+-- stocks and give records, so the pool is stock − moved and the buckets can
+-- never sell more than the sale's stock.
+--
+-- KEYS[1] meta hash (of the home for take and accept, of the bucket for
+-- credit and give), KEYS[2] the moves hash (take, give) or the op key of the
+-- move (credit, accept)
+-- ARGV[1] the operation, ARGV[2] the move id, then:
+--   take   WANT BUCKET     hand up to max(WANT, a chunk of the stock) units
+--   credit N               add N units (a take's) to the bucket's stock
+--   give   WANT            give back up to WANT (0: all) unsold units
+--   accept N               take N units (a give's) back into the pool
+--
+-- Returns {code, n}: n the units moved by this call (0 for a repeat).
+--
+-- Outcome codes: scripts/codes.go holds the same names and values (a test
+-- reads this file to keep them so); return no code but by its name.
+local OK = 0
+local NOT_FOUND = 1
+local REPAIRING = 19           -- held: nothing moves until package repair releases it
+
+-- An op key outlives any move record by far: the settling pass finishes a
+-- record within seconds of its writer's death.
+local OP_TTL = 7 * 86400
+
+local op, id = ARGV[1], ARGV[2]
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'moved', 'buckets', 'hold')
+if m[1] == false then return {NOT_FOUND, 0} end
+if m[5] == '1' then return {REPAIRING, 0} end
+local stock, sold, moved = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
+local t = redis.call('TIME')
+
+if op == 'take' then
+  local buckets = tonumber(m[4]) or 1
+  -- A chunk of an eighth of a bucket's share: a bucket refills a few times
+  -- over a sale, and at its end little stock sits in a bucket nobody buys in.
+  local want = math.max(tonumber(ARGV[3]), math.ceil(stock / (8 * buckets)))
+  local n = math.min(want, stock - moved)
+  if n <= 0 then return {OK, 0} end
+  redis.call('HSET', KEYS[1], 'moved', moved + n)
+  redis.call('HSET', KEYS[2], id, 'take:' .. ARGV[4] .. ':' .. n .. ':' .. t[1])
+  return {OK, n}
+elseif op == 'give' then
+  local want = tonumber(ARGV[3])
+  local n = stock - sold
+  if want > 0 and want < n then n = want end
+  if n <= 0 then return {OK, 0} end
+  redis.call('HSET', KEYS[1], 'stock', stock - n)
+  redis.call('HSET', KEYS[2], id, 'give:' .. n .. ':' .. t[1])
+  return {OK, n}
+elseif op == 'credit' or op == 'accept' then
+  if redis.call('EXISTS', KEYS[2]) == 1 then return {OK, 0} end
+  local n = tonumber(ARGV[3])
+  if op == 'credit' then
+    redis.call('HSET', KEYS[1], 'stock', stock + n)
+  else
+    redis.call('HSET', KEYS[1], 'moved', moved - n)
+  end
+  redis.call('SET', KEYS[2], '1', 'EX', OP_TTL)
+  return {OK, n}
+end
+return redis.error_reply('ERR move: unknown operation ' .. tostring(op))
