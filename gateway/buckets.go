@@ -410,6 +410,7 @@ func (s *Store) remaining(ctx context.Context, bs *bucketSet) (int64, error) {
 
 // settleAge is how old a move record must be before the settling pass
 // finishes it: its writer finishes it within a Redis timeout, or died.
+// Store.settleAge is it, but for tests.
 const settleAge = 5 * time.Second
 
 // settleMoves finishes the half-done moves of every sale of several buckets
@@ -424,7 +425,7 @@ func (s *Store) settleMoves(ctx context.Context) error {
 	now := time.Now().Unix()
 	old := func(ts string) bool {
 		t, err := strconv.ParseInt(ts, 10, 64)
-		return err == nil && now-t >= int64(settleAge/time.Second)
+		return err == nil && now-t >= int64(s.settleAge/time.Second)
 	}
 	for _, sale := range sales {
 		bs, err := s.bucketsOf(ctx, sale)

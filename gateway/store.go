@@ -27,11 +27,14 @@ type Store struct {
 	// buckets holds the *bucketSet of every sale of several buckets met
 	// (buckets.go), by sale id: fixed at creation, so never stale.
 	buckets sync.Map
+	// settleAge is the age of a half-done move that the settling pass
+	// finishes (buckets.go).
+	settleAge time.Duration
 }
 
 // NewStore returns a Store on the given client and loaded scripts.
 func NewStore(rdb redis.UniversalClient, loader *scripts.Loader, keys scripts.Keys) *Store {
-	return &Store{rdb: rdb, loader: loader, keys: keys}
+	return &Store{rdb: rdb, loader: loader, keys: keys, settleAge: settleAge}
 }
 
 // Reservation is one buyer's request, with the order id chosen before the call.
