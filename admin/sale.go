@@ -36,6 +36,9 @@ type Sale struct {
 	PaymentWindow int64 `json:"payment_window"`
 	// PendingPayment is the orders awaiting payment.
 	PendingPayment int64 `json:"pending_payment"`
+	// Buckets is the number of Redis hash slots the sale's stock is kept
+	// in (1 to 16, fixed at creation).
+	Buckets int64 `json:"buckets"`
 
 	// Created reports that the call created the sale (the API said 201).
 	Created bool `json:"-"`
@@ -54,6 +57,10 @@ type SaleUpdate struct {
 	// PaymentWindow is payment_window, in seconds (0 to 86400; 0: none);
 	// a change applies to orders accepted after it.
 	PaymentWindow *int64
+	// Buckets is buckets (1 to 16): given on a create, the sale's stock is
+	// kept in that many Redis hash slots; on an update it must be the
+	// sale's own (it is fixed at creation).
+	Buckets *int64
 }
 
 // body is the JSON object of the PUT: only the fields given; a cleared
@@ -68,6 +75,9 @@ func (u SaleUpdate) body() map[string]any {
 	}
 	if u.PaymentWindow != nil {
 		m["payment_window"] = *u.PaymentWindow
+	}
+	if u.Buckets != nil {
+		m["buckets"] = *u.Buckets
 	}
 	for field, t := range map[string]*time.Time{"starts_at": u.StartsAt, "ends_at": u.EndsAt} {
 		switch {

@@ -68,24 +68,10 @@ func (bs *bucketSet) bucketOf(user string) int {
 
 // laneSale splits a bucket id "SALE#i.n" into the sale and i; ok is false
 // for a sale id.
-func laneSale(lane string) (sale string, bucket int, ok bool) {
-	sale, rest, found := strings.Cut(lane, "#")
-	if !found {
-		return lane, 0, false
-	}
-	i, _, _ := strings.Cut(rest, ".")
-	b, err := strconv.Atoi(i)
-	if err != nil {
-		return lane, 0, false
-	}
-	return sale, b, true
-}
+func laneSale(lane string) (sale string, bucket int, ok bool) { return scripts.SplitBucket(lane) }
 
 // saleOf is the sale of a bucket id, or the id itself.
-func saleOf(lane string) string {
-	sale, _, _ := laneSale(lane)
-	return sale
-}
+func saleOf(lane string) string { return scripts.SaleOf(lane) }
 
 // orderBucket reads the bucket of an order id of a sale of several buckets
 // (the ".i" its bucket gave it); ok is false for an id without one.

@@ -123,7 +123,8 @@ func (o *outbox) untrack(sale, id string) {
 // outbox_pending and reconcile show it to an operator.
 func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *entry {
 	ord, err := order.FromStream(m.Values)
-	if err == nil && ord.SaleID != sale {
+	// A bucket's outbox holds orders of its sale (gateway/buckets.go).
+	if err == nil && ord.SaleID != scripts.SaleOf(sale) {
 		err = fmt.Errorf("%w: sale_id %q in the outbox of sale %q", order.ErrMalformed, ord.SaleID, sale)
 	}
 	var body []byte

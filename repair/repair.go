@@ -30,6 +30,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -186,8 +187,30 @@ func (r *Repairer) held(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repair: read held sales: %w", err)
 	}
-	slices.Sort(held)
+	// The buckets of a sale of several (gateway/buckets.go, ids "SALE#i.n")
+	// before the homes: a home's repair counts what its buckets hold once
+	// they are repaired.
+	slices.SortFunc(held, func(a, b string) int {
+		la, lb := strings.Contains(a, "#"), strings.Contains(b, "#")
+		if la != lb {
+			if la {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	return held, nil
+}
+
+// laneOf splits a bucket id "SALE#i.n" into its sale and the suffix its
+// orders' ids end in, ".i"; ok is false for a sale id.
+func laneOf(id string) (sale, suffix string, ok bool) {
+	sale, b, ok := scripts.SplitBucket(id)
+	if !ok {
+		return id, "", false
+	}
+	return sale, "." + strconv.Itoa(b), true
 }
 
 // drained reports whether the orders queue had nothing ready at two looks a
@@ -203,7 +226,8 @@ func (r *Repairer) drained(ctx context.Context, held []string) (bool, error) {
 		}
 		seqs := make([]int64, len(held))
 		for i, sale := range held {
-			if seqs[i], err = orderdb.MaxSeq(cctx, r.d.DB, sale); err != nil {
+			mysqlSale, _, _ := laneOf(sale)
+			if seqs[i], err = orderdb.MaxSeq(cctx, r.d.DB, mysqlSale); err != nil {
 				return 0, nil, fmt.Errorf("repair: sale %s: %w", sale, err)
 			}
 		}
@@ -241,7 +265,7 @@ func (r *Repairer) drained(ctx context.Context, held []string) (bool, error) {
 func (r *Repairer) Sale(ctx context.Context, sale string) error {
 	k := r.d.Keys
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	m, err := r.d.Redis.HMGet(cctx, k.Meta(sale), "hold", "seq").Result()
+	m, err := r.d.Redis.HMGet(cctx, k.Meta(sale), "hold", "seq", "buckets").Result()
 	cancel()
 	if err != nil {
 		return fmt.Errorf("repair: sale %s: %w", sale, err)
@@ -249,6 +273,13 @@ func (r *Repairer) Sale(ctx context.Context, sale string) error {
 	if h, _ := m[0].(string); h != "1" {
 		return r.release(ctx, sale)
 	}
+	if b, _ := m[2].(string); b != "" && b != "1" {
+		return r.home(ctx, sale)
+	}
+	// A bucket's orders are the rows of its sale whose ids end in its
+	// suffix; their seq counts the bucket's events, so rows of the other
+	// buckets are skipped, and seq set to the sale's largest is only ahead.
+	mysqlSale, suffix, lane := laneOf(sale)
 	var rseq int64
 	if s, _ := m[1].(string); s != "" {
 		if rseq, err = strconv.ParseInt(s, 10, 64); err != nil {
@@ -256,7 +287,7 @@ func (r *Repairer) Sale(ctx context.Context, sale string) error {
 		}
 	}
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.Timeout)
-	maxSeq, err := orderdb.MaxSeq(cctx, r.d.DB, sale)
+	maxSeq, err := orderdb.MaxSeq(cctx, r.d.DB, mysqlSale)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("repair: sale %s: %w", sale, err)
@@ -265,12 +296,16 @@ func (r *Repairer) Sale(ctx context.Context, sale string) error {
 	seq, afterID := rseq, ""
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		rows, err := orderdb.After(cctx, r.d.DB, sale, seq, afterID, chunk)
+		page, err := orderdb.After(cctx, r.d.DB, mysqlSale, seq, afterID, chunk)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("repair: sale %s: %w", sale, err)
 		}
-		last := len(rows) < chunk
+		last := len(page) < chunk
+		rows := page
+		if lane {
+			rows = slices.DeleteFunc(slices.Clone(page), func(o order.Order) bool { return !strings.HasSuffix(o.OrderID, suffix) })
+		}
 		applied, c, rs, err := r.apply(ctx, sale, rows, last, maxSeq)
 		if err != nil {
 			return err
@@ -293,8 +328,106 @@ func (r *Repairer) Sale(ctx context.Context, sale string) error {
 			}
 			break
 		}
-		seq, afterID = rows[len(rows)-1].Seq, rows[len(rows)-1].OrderID
+		seq, afterID = page[len(page)-1].Seq, page[len(page)-1].OrderID
 	}
+	return r.release(ctx, sale)
+}
+
+// home repairs the held home of a sale of several buckets, which holds no
+// order but moved, the units its buckets were handed. A Redis that lost its
+// last writes may have lost takes from the pool that its buckets still hold
+// (the buckets on other primaries, or repaired from MySQL just before): a
+// moved too small would let the pool hand the same units out twice. So
+// moved is counted again from what it stands for, while the held home
+// refuses every take and accept (move.lua): the buckets' stock, the takes
+// recorded in the home whose credit has not run, and the gives recorded in
+// the buckets whose accept has not. The reads go in the order that can only
+// count a unit moving meanwhile twice, never miss it: a twice-counted unit
+// is one the pool keeps back, a missed one would be sold twice.
+func (r *Repairer) home(ctx context.Context, sale string) error {
+	k := r.d.Keys
+	cctx, cancel := context.WithTimeout(ctx, 4*r.cfg.Timeout)
+	defer cancel()
+	meta, err := r.d.Redis.HMGet(cctx, k.Meta(sale), "names", "stock", "moved").Result()
+	if err != nil {
+		return fmt.Errorf("repair: sale %s: %w", sale, err)
+	}
+	list, _ := meta[0].(string)
+	names := strings.Split(list, ",")
+	if list == "" || len(names) < 2 {
+		return fmt.Errorf("repair: sale %s: buckets without names", sale)
+	}
+	var moved int64
+	// 1. Takes not credited: the record in the home, no op key in the bucket.
+	takes, err := r.d.Redis.HGetAll(cctx, k.Moves(sale)).Result()
+	if err != nil {
+		return fmt.Errorf("repair: sale %s: %w", sale, err)
+	}
+	for id, rec := range takes {
+		f := strings.Split(rec, ":") // take:BUCKET:N:SECONDS
+		b, err1 := strconv.Atoi(f[min(1, len(f)-1)])
+		n, err2 := strconv.ParseInt(f[min(2, len(f)-1)], 10, 64)
+		if len(f) != 4 || err1 != nil || err2 != nil || b < 0 || b >= len(names) {
+			return fmt.Errorf("repair: sale %s: move record %s = %q", sale, id, rec)
+		}
+		done, err := r.d.Redis.Exists(cctx, k.Op(names[b], id)).Result()
+		if err != nil {
+			return fmt.Errorf("repair: sale %s: %w", sale, err)
+		}
+		if done == 0 {
+			moved += n
+		}
+	}
+	// 2. The buckets' stock.
+	for _, lane := range names {
+		st, err := r.d.Redis.HGet(cctx, k.Meta(lane), "stock").Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("repair: sale %s: bucket %s: %w", sale, lane, err)
+		}
+		moved += st
+	}
+	// 3. Gives not accepted: the record in a bucket, no op key in the home.
+	for _, lane := range names {
+		gives, err := r.d.Redis.HGetAll(cctx, k.Moves(lane)).Result()
+		if err != nil {
+			return fmt.Errorf("repair: sale %s: %w", sale, err)
+		}
+		for id, rec := range gives {
+			f := strings.Split(rec, ":") // give:N:SECONDS
+			n, err := strconv.ParseInt(f[min(1, len(f)-1)], 10, 64)
+			if len(f) != 3 || err != nil {
+				return fmt.Errorf("repair: sale %s: move record %s = %q", sale, id, rec)
+			}
+			done, err := r.d.Redis.Exists(cctx, k.Op(sale, id)).Result()
+			if err != nil {
+				return fmt.Errorf("repair: sale %s: %w", sale, err)
+			}
+			if done == 0 {
+				moved += n
+			}
+		}
+	}
+	stock, _ := strconv.ParseInt(fmt.Sprint(meta[1]), 10, 64)
+	before, _ := strconv.ParseInt(fmt.Sprint(meta[2]), 10, 64)
+	fields := []any{"moved", moved}
+	if moved > stock {
+		// Units the buckets hold that the home's stock lost (a restock lost
+		// with the same writes): they were offered, and may be sold.
+		fields = append(fields, "stock", moved)
+		r.raised.Add(uint64(moved - stock))
+		r.d.Log.Warn("the buckets of a sale hold more units than its stock in Redis (a restock lost with Redis's last writes?); stock raised to them",
+			zap.String("sale", sale), zap.Int64("by", moved-stock))
+	}
+	if err := r.d.Redis.HSet(cctx, k.Meta(sale), fields...).Err(); err != nil {
+		return fmt.Errorf("repair: sale %s: %w", sale, err)
+	}
+	// The release: the repair script's last call, with no orders.
+	if _, _, _, err := r.apply(ctx, sale, nil, true, 0); err != nil {
+		return err
+	}
+	r.repaired.Add(1)
+	r.d.Log.Info("repaired the home of a bucketed sale held after a Redis restart", zap.String("sale", sale),
+		zap.Int64("moved_before", before), zap.Int64("moved", moved))
 	return r.release(ctx, sale)
 }
 
@@ -317,7 +450,8 @@ func (r *Repairer) apply(ctx context.Context, sale string, rows []order.Order, l
 		lastArg = "1"
 	}
 	args := make([]any, 0, 5+7*len(rows))
-	args = append(args, k.Events(), sale, lastArg, maxSeq, int64(scripts.IdemTTL/time.Second))
+	announced, _, _ := laneOf(sale) // a bucket's release is its sale's news
+	args = append(args, k.Events(), announced, lastArg, maxSeq, int64(scripts.IdemTTL/time.Second))
 	for _, o := range rows {
 		ik := 0
 		if o.IdemKey != "" {

@@ -1,6 +1,10 @@
 package scripts
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // IdemTTL is how long the Idempotency-Key of an accepted reservation is
 // kept, so that a repeat replays its answer (the repair script gives a key
@@ -38,6 +42,29 @@ func (k Keys) Idem(sale, key string) string { return k.Prefix + ":{" + sale + "}
 
 // Op names one admin operation that must not apply twice (a restock).
 func (k Keys) Op(sale, id string) string { return k.Prefix + ":{" + sale + "}:op:" + id }
+
+// SplitBucket reads a bucket id of a sale of several buckets, "SALE#i.n"
+// (gateway/buckets.go; '#' is in no sale id): its sale and i. ok is false
+// for any other id, which is a sale's own.
+func SplitBucket(id string) (sale string, bucket int, ok bool) {
+	sale, rest, found := strings.Cut(id, "#")
+	if !found {
+		return id, 0, false
+	}
+	i, _, _ := strings.Cut(rest, ".")
+	b, err := strconv.Atoi(i)
+	if err != nil || b < 0 {
+		return id, 0, false
+	}
+	return sale, b, true
+}
+
+// SaleOf is the sale whose orders the keys of id hold: the sale of a
+// bucket id, or id itself.
+func SaleOf(id string) string {
+	sale, _, _ := SplitBucket(id)
+	return sale
+}
 
 // Moves is the hash of a sale's moves of stock between its home slot and a
 // bucket that are half done (the move script): move id → what moves.

@@ -23,6 +23,7 @@ const adminUsage = `usage: flashgate admin [--addr URL] [--token TOKEN] [--confi
 
 commands:
   sale create ID --stock N [--limit N] [--starts TIME] [--ends TIME] [--payment-window S]
+                 [--buckets K]
   sale update ID [--stock N] [--limit N] [--starts TIME | --clear-starts] [--ends TIME | --clear-ends]
                  [--payment-window S]
   sale show ID
@@ -233,7 +234,11 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 	starts := fs.String("starts", "", "")
 	ends := fs.String("ends", "", "")
 	window := fs.String("payment-window", "", "")
+	var buckets *string
 	var clearStarts, clearEnds *bool
+	if create {
+		buckets = fs.String("buckets", "", "")
+	}
 	if !create {
 		clearStarts = fs.Bool("clear-starts", false, "")
 		clearEnds = fs.Bool("clear-ends", false, "")
@@ -267,6 +272,13 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 			return adminUsageError(fmt.Errorf("%s: --payment-window %q: want seconds from 0 to %d, or a duration such as 15m", name, *window, maxPaymentWindow))
 		}
 		u.PaymentWindow = &n
+	}
+	if set["buckets"] {
+		n, err := strconv.ParseInt(*buckets, 10, 64)
+		if err != nil || n < 1 || n > maxBuckets {
+			return adminUsageError(fmt.Errorf("%s: --buckets %q: want a whole number from 1 to %d", name, *buckets, maxBuckets))
+		}
+		u.Buckets = &n
 	}
 	if create && !set["stock"] {
 		return adminUsageError(errors.New("sale create: --stock is required"))
@@ -356,6 +368,9 @@ func (a *adminCmd) saleRestock(ctx context.Context, args []string) error {
 	}
 	return a.print(s.Raw)
 }
+
+// maxBuckets is the most buckets a sale may have (API.md).
+const maxBuckets = 16
 
 // maxPaymentWindow is the longest payment window the API takes (API.md),
 // in seconds: a day.

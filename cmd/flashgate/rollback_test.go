@@ -455,11 +455,22 @@ func (s *stack) checkLimit(sale string, limit int64, perUser map[string]int64) {
 // the admin view says sold 5,000 = MySQL's units, remaining 0; (d) MySQL
 // holds exactly the 5,000 first orders, nobody over the limit; (e) the
 // sale answers sold_out within a minute of the restart.
-func TestRedisRollbackAfterBurst(t *testing.T) {
+func TestRedisRollbackAfterBurst(t *testing.T) { rollbackAfterBurst(t, 1) }
+
+// TestRedisRollbackBuckets is the same on a sale of three buckets: each
+// bucket is repaired from the rows of its orders, and the home counts again
+// the units handed to the buckets, whose takes the cut lost too, so that
+// the pool does not offer them a second time.
+func TestRedisRollbackBuckets(t *testing.T) { rollbackAfterBurst(t, 3) }
+
+func rollbackAfterBurst(t *testing.T, buckets int64) {
 	r, s, g := rollbackStack(t)
 	const sale, stock, limit = "burst", 5000, 1
-	s.windowSale(g, sale, stock, limit, 0)
 	c := adminOf(t, g)
+	lim, st := int64(limit), int64(stock)
+	if v, err := c.Create(bg(t, 10*time.Second), sale, admin.SaleUpdate{Stock: &st, Limit: &lim, Buckets: &buckets}); err != nil || v.Buckets != buckets {
+		t.Fatalf("create sale %s of %d buckets: %v %+v", sale, buckets, err, v)
+	}
 	cut, _ := r.snapshot(t)
 
 	users := userIDs("u", stock)

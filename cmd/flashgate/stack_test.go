@@ -179,6 +179,26 @@ func (s *stack) count(sale string) (rows, units int64) {
 // waitDrained waits until MySQL holds as many units as Redis sold and the
 // outbox is empty. After 15s with entries no relay has read, it fails at
 // once: the gateway runs no relay.
+// redisSold is the sale's sold and outbox length in Redis: its own, or for
+// a sale of several buckets its buckets' summed (the home sells nothing).
+func (s *stack) redisSold(ctx context.Context, sale string) (sold, outbox int64) {
+	for _, l := range s.lanes(ctx, sale) {
+		n, _ := s.rdb.HGet(ctx, s.keys.Meta(l), "sold").Int64()
+		sold += n
+		outbox += s.rdb.XLen(ctx, s.keys.Outbox(l)).Val()
+	}
+	return sold, outbox
+}
+
+// lanes is the ids whose keys hold the sale's orders: the sale's own, or
+// its buckets'.
+func (s *stack) lanes(ctx context.Context, sale string) []string {
+	if names, err := s.rdb.HGet(ctx, s.keys.Meta(sale), "names").Result(); err == nil && names != "" {
+		return strings.Split(names, ",")
+	}
+	return []string{sale}
+}
+
 func (s *stack) waitDrained(sale string, timeout time.Duration) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -186,8 +206,7 @@ func (s *stack) waitDrained(sale string, timeout time.Duration) {
 	start := time.Now()
 	last := "nothing read" // the figures of the last look that had time to read them
 	err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}, func(ctx context.Context) error {
-		sold, _ := s.rdb.HGet(ctx, s.keys.Meta(sale), "sold").Int64()
-		outbox := s.rdb.XLen(ctx, s.keys.Outbox(sale)).Val()
+		sold, outbox := s.redisSold(ctx, sale)
 		_, units := s.count(sale)
 		if sold > 0 && units == sold && outbox == 0 {
 			return nil
@@ -220,7 +239,12 @@ func (s *stack) checkExactlyOnce(sale string, accepted map[string]string) {
 		}
 	}
 	ctx := context.Background()
-	inRedis := s.rdb.HGetAll(ctx, s.keys.Orders(sale)).Val()
+	inRedis := map[string]string{}
+	for _, l := range s.lanes(ctx, sale) {
+		for id, rec := range s.rdb.HGetAll(ctx, s.keys.Orders(l)).Val() {
+			inRedis[id] = rec
+		}
+	}
 	var units int64
 	for id, q := range rows {
 		if _, ok := inRedis[id]; !ok {
@@ -228,7 +252,7 @@ func (s *stack) checkExactlyOnce(sale string, accepted map[string]string) {
 		}
 		units += int64(q)
 	}
-	sold, _ := s.rdb.HGet(ctx, s.keys.Meta(sale), "sold").Int64()
+	sold, _ := s.redisSold(ctx, sale)
 	if int64(len(rows)) != int64(len(inRedis)) || units != sold || lu != units || lo != int64(len(rows)) {
 		s.t.Fatalf("MySQL %d rows / %d units, ledger %d units / %d orders; Redis %d orders / sold %d",
 			len(rows), units, lu, lo, len(inRedis), sold)
