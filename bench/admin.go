@@ -47,13 +47,16 @@ func (a *admin) ready(ctx context.Context) error {
 }
 
 // createSale creates the sale, with a payment window of window seconds
-// (0: none); it refuses one that exists already, so that the checks see
+// (0: none) and its stock in buckets Redis slots; it refuses one that exists already, so that the checks see
 // this run's orders only and no live sale is modified.
-func (a *admin) createSale(ctx context.Context, sale string, stock, limit, window int64) error {
+func (a *admin) createSale(ctx context.Context, sale string, stock, limit, window, buckets int64) error {
 	if a.err != nil {
 		return a.err
 	}
 	u := adminapi.SaleUpdate{Stock: &stock, Limit: &limit}
+	if buckets > 1 {
+		u.Buckets = &buckets
+	}
 	if window > 0 {
 		u.PaymentWindow = &window
 	}
@@ -67,6 +70,8 @@ func (a *admin) createSale(ctx context.Context, sale string, stock, limit, windo
 		return fmt.Errorf("bench: admin API at %s: %w", a.c.BaseURL(), err)
 	case !s.Created:
 		return fmt.Errorf("bench: create sale %s: it appeared meanwhile (the API answered 200, not 201)", sale)
+	case s.Buckets != max(buckets, 1):
+		return fmt.Errorf("bench: create sale %s: buckets %d in the answer, want %d (a gateway without buckets?)", sale, s.Buckets, max(buckets, 1))
 	case s.PaymentWindow != window:
 		return fmt.Errorf("bench: create sale %s: payment_window %d in the answer, want %d (a gateway without payment windows?)", sale, s.PaymentWindow, window)
 	}

@@ -54,6 +54,7 @@ type Options struct {
 	DupRatio float64 // fraction of requests that re-send an earlier request, in [0, 1)
 	NoKeys   bool    // send no Idempotency-Key (by default half of the first clicks carry one)
 	Conns    int     // connections to the gateway, each with one request in flight; default 64
+	Buckets  int64   // the sale's buckets (API.md, 1-16); default 1
 
 	// PaymentWindow is the sale's payment_window in seconds (0: none, the
 	// orders are confirmed at once). With one, the run pays PayRatio of
@@ -97,6 +98,9 @@ func (o Options) normalize() (Options, error) {
 		}
 		o.Sale = "bench-" + hex.EncodeToString(b[:])
 	}
+	if o.Buckets == 0 {
+		o.Buckets = 1
+	}
 	if o.Limit == 0 {
 		o.Limit = 1
 	}
@@ -125,6 +129,8 @@ func (o Options) normalize() (Options, error) {
 		return bad("stock %d: want 0 to 1000000000", o.Stock)
 	case o.Limit < 1 || o.Limit > 1_000_000:
 		return bad("limit %d: want 1 to 1000000", o.Limit)
+	case o.Buckets < 1 || o.Buckets > 16:
+		return bad("buckets %d: want 1 to 16", o.Buckets)
 	case o.Users < 1 || o.Users > 1_000_000_000:
 		return bad("users %d: want 1 to 1000000000", o.Users)
 	case !(o.DupRatio >= 0 && o.DupRatio < 1):
@@ -224,12 +230,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := adm.ready(ctx); err != nil {
 			return nil, err
 		}
-		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit, o.PaymentWindow); err != nil {
+		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit, o.PaymentWindow, o.Buckets); err != nil {
 			return nil, err
 		}
 	}
 
-	rep := &Report{Sale: o.Sale, Stock: o.Stock, Limit: o.Limit, Users: o.Users, Conns: o.Conns,
+	rep := &Report{Sale: o.Sale, Stock: o.Stock, Limit: o.Limit, Buckets: o.Buckets, Users: o.Users, Conns: o.Conns,
 		Rate: o.Rate, DupRatio: o.DupRatio, MySQLChecked: !o.NoMySQL}
 	if o.UntilSoldOut && int64(o.Users)*o.Limit < o.Stock {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("users × limit = %d < stock %d: the sale cannot sell out", int64(o.Users)*o.Limit, o.Stock))

@@ -32,6 +32,7 @@ type Report struct {
 	Sale         string  `json:"sale_id"`
 	Stock        int64   `json:"stock"`
 	Limit        int64   `json:"per_user_limit"`
+	Buckets      int64   `json:"buckets"`
 	Users        int     `json:"users"`
 	Conns        int     `json:"conns"`
 	Rate         float64 `json:"rate"` // requests/s of the open loop; 0: closed loop
@@ -93,8 +94,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %.0f req/s", r.Rate)
 	}
-	fmt.Fprintf(&b, "sale %s: stock %d, limit %d, %d users, %d connections, %s, dup-ratio %.2f\n",
-		r.Sale, r.Stock, r.Limit, r.Users, r.Conns, mode, r.DupRatio)
+	buckets := ""
+	if r.Buckets > 1 {
+		buckets = fmt.Sprintf(", %d buckets", r.Buckets)
+	}
+	fmt.Fprintf(&b, "sale %s: stock %d%s, limit %d, %d users, %d connections, %s, dup-ratio %.2f\n",
+		r.Sale, r.Stock, buckets, r.Limit, r.Users, r.Conns, mode, r.DupRatio)
 	fmt.Fprintf(&b, "load: %d requests in %s (stopped by %s): %.0f req/s\n",
 		r.Requests, round(r.Elapsed), r.StoppedBy, r.Throughput)
 	if r.Rate > 0 {

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.Sale, "sale", "", "id of the sale to create; it must not exist (default bench-<random>)")
 	fs.Int64Var(&o.Stock, "stock", 1000, "units on offer")
 	fs.Int64Var(&o.Limit, "limit", 1, "per-user limit")
+	fs.Int64Var(&o.Buckets, "buckets", 1, "the sale's buckets, 1-16 (one hot sale over several Redis Cluster primaries)")
 	fs.IntVar(&o.Users, "users", 10000, "distinct buyers")
 	fs.Float64Var(&o.DupRatio, "dup-ratio", 0.1, "fraction of requests that are duplicate clicks (half of them replay the Idempotency-Key)")
 	fs.BoolVar(&o.NoKeys, "no-keys", false, "send no Idempotency-Key (by default half of the first clicks carry one)")
