@@ -83,10 +83,14 @@ CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestRe
 	TestPaymentIdempotencyReplay TestTwoGatewaysSweep TestSweeperMetrics \
 	TestAnnouncementsFromEveryPrimary TestScriptFlushEveryPrimary TestSweepEveryPrimary TestIdempotencyKeyWithBraces \
 	TestScriptsOnEveryPrimary TestPayAtDeadlineWithoutSweep TestConcurrentSweeps \
-	TestHostileIdempotencyKeysKeepNothing TestRefusedKeyBuysLater
+	TestHostileIdempotencyKeysKeepNothing TestRefusedKeyBuysLater \
+	TestBucketOversell TestBucketReserveContention TestBucketStockFollowsBuyers TestBucketLastUnits TestBucketLockDuringBurst \
+	TestBucketRestock TestBucketScriptFlushDuringBurst TestBucketPaymentWindow TestBucketContract TestBucketSettleMoves \
+	TestBucketClusterPlacement
 CLUSTER_TESTS_CMD := TestPipelineBurst TestPipelineManySales TestPipelineGatewayKill9 TestPipelineRabbitMQOutage \
 	TestRelayRabbitMQOutage TestConsumerKill9 TestPaymentLifecycle TestPaymentSweepKill9 TestScaleConsumersShare \
-	TestSIGHUPReloadsScripts TestREADMEWalkthrough TestRedisClientOneOrCluster
+	TestSIGHUPReloadsScripts TestREADMEWalkthrough TestRedisClientOneOrCluster \
+	TestBucketsPipelineBurst TestBucketsGatewayKill9
 # go test -run takes one regular expression: ^(A|B|…)$$.
 cluster_empty :=
 cluster_space := $(cluster_empty) $(cluster_empty)

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,8 +57,13 @@ type bucketSet struct {
 	names []string
 	// refill serialises the refills of one bucket on this gateway: of the
 	// batches that find a bucket short at once, one moves stock and the
-	// others find it there.
-	refill []sync.Mutex
+	// others find it there. refills counts the refills of each bucket, and
+	// got (guarded by refill) is what the last one moved, so that a batch
+	// that waited for another's refill takes its result instead of
+	// refilling again.
+	refill  []sync.Mutex
+	refills []atomic.Uint64
+	got     []int64
 }
 
 // bucketOf is the bucket a user buys in.
@@ -113,7 +120,8 @@ func (s *Store) bucketsOf(ctx context.Context, sale string) (*bucketSet, error) 
 	if len(list) < 2 {
 		return nil, nil
 	}
-	bs := &bucketSet{sale: sale, names: list, refill: make([]sync.Mutex, len(list))}
+	bs := &bucketSet{sale: sale, names: list, refill: make([]sync.Mutex, len(list)),
+		refills: make([]atomic.Uint64, len(list)), got: make([]int64, len(list))}
 	v, _ := s.buckets.LoadOrStore(sale, bs)
 	return v.(*bucketSet), nil
 }
@@ -162,15 +170,13 @@ func (s *Store) Reserve(ctx context.Context, lane string, rs []Reservation, out 
 	return nil
 }
 
-// refillRounds bounds the refills one batch makes before it answers what
-// the whole sale allows.
-const refillRounds = 4
-
 // reserveBucket reserves rs, all of buyers of bucket b, there. A
 // reservation the bucket is short for waits for a refill (refillBucket) and
-// is tried again; one that the whole sale cannot serve gets sold_out or
-// insufficient_stock, and one that the sale could serve but whose units are
-// moving between buckets (another gateway's refill) 503.
+// is tried again, until it is served, or the whole sale cannot serve it
+// (sold_out or insufficient_stock, the sale's own answer), or ctx ends
+// (503): near the end of a sale the last units may be moving between
+// buckets, or be sold meanwhile in the bucket that held them, and a buyer
+// is never told sold_out while units are left.
 func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Reservation, out []Result) error {
 	lane := bs.names[b]
 	suffix := "." + strconv.Itoa(b)
@@ -181,11 +187,13 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 		}
 		own[i] = r
 	}
+	seen := bs.refills[b].Load()
 	if err := s.reserveOn(ctx, lane, bs.sale, own, out); err != nil {
 		return err
 	}
 	short := make([]int, 0, len(own))
-	for round := 0; ; round++ {
+	pause := time.Millisecond
+	for {
 		short = short[:0]
 		var need int64
 		for i := range own {
@@ -197,26 +205,24 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 		if len(short) == 0 {
 			return nil
 		}
-		got := int64(0)
-		if round < refillRounds {
-			var err error
-			if got, err = s.refillBucket(ctx, bs, b, need); err != nil {
-				for _, i := range short {
-					out[i] = Result{Err: err}
-				}
-				return nil
+		fail := func(err error) error {
+			for _, i := range short {
+				out[i] = Result{Err: err}
 			}
+			return nil
+		}
+		got, err := s.refillBucket(ctx, bs, b, need, seen)
+		if err != nil {
+			return fail(err)
 		}
 		if got == 0 {
-			// The pool and the other buckets had nothing to give: answer
-			// what the whole sale has.
+			// Nothing to be had from the pool or the other buckets:
+			// what has the whole sale left?
 			left, err := s.remaining(ctx, bs)
 			if err != nil {
-				for _, i := range short {
-					out[i] = Result{Err: err}
-				}
-				return nil
+				return fail(err)
 			}
+			waiting := short[:0]
 			for _, i := range short {
 				switch {
 				case left <= 0:
@@ -224,43 +230,32 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 				case left < int64(own[i].Quantity):
 					out[i] = Result{Err: ErrInsufficientStock}
 				default:
-					// Units are in a move, or were sold to this bucket's
-					// other buyers since: not the sale's answer to give.
-					out[i] = Result{Err: fmt.Errorf("%w: bucket %s short while the sale has %d units", ErrUnavailable, lane, left)}
+					waiting = append(waiting, i)
 				}
 			}
-			if round >= refillRounds || left <= 0 {
+			if len(waiting) == 0 {
 				return nil
 			}
-			// Units moving: try again once they have landed.
-			retry := short[:0]
-			for _, i := range short {
-				if errors.Is(out[i].Err, ErrUnavailable) {
-					retry = append(retry, i)
-				}
-			}
-			if len(retry) == 0 {
-				return nil
-			}
-			short = retry
+			// The units are in a move, or in a bucket busy selling them:
+			// look again shortly.
+			short = waiting
 			select {
 			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Millisecond):
+				return fail(fmt.Errorf("%w: bucket %s short while its sale has %d units (moving between buckets)", ErrUnavailable, lane, left))
+			case <-time.After(pause):
 			}
+			pause = min(2*pause, 16*time.Millisecond)
 		}
 		again := make([]Reservation, len(short))
 		res := make([]Result, len(short))
 		for j, i := range short {
 			again[j] = own[i]
 		}
+		seen = bs.refills[b].Load()
 		if err := s.reserveOn(ctx, lane, bs.sale, again, res); err != nil {
-			// Those not retried keep their answers; those retried may
-			// have been accepted: promise nothing to them.
-			for _, i := range short {
-				out[i] = Result{Err: err}
-			}
-			return nil
+			// Those retried may have been accepted: promise nothing to
+			// them. The others keep their answers.
+			return fail(err)
 		}
 		for j, i := range short {
 			out[i] = res[j]
@@ -268,25 +263,44 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 	}
 }
 
-// refillBucket moves up to need units (or the pool's chunk) into bucket b:
-// from the pool, or, when it is empty, from the other buckets through the
-// pool. It returns the units moved; 0 means nothing was to be had.
-func (s *Store) refillBucket(ctx context.Context, bs *bucketSet, b int, need int64) (int64, error) {
+// refillBucket moves up to need units, or more (a chunk of the stock),
+// into bucket b: from the pool, and when the pool has fewer than need,
+// the rest from the other buckets through the pool, each giving what it has
+// unsold up to what is still missing (a bucket busy selling keeps the
+// rest). It returns the units moved; 0 means nothing was to be had. seen
+// is bs.refills[b] as the caller read it before the reservation that found
+// the bucket short: a refill since then answers for this one (the caller
+// then tries again with what it moved).
+func (s *Store) refillBucket(ctx context.Context, bs *bucketSet, b int, need int64, seen uint64) (got int64, err error) {
 	bs.refill[b].Lock()
 	defer bs.refill[b].Unlock()
-	n, err := s.take(ctx, bs, b, need)
-	if err != nil || n > 0 {
-		return n, err
+	if bs.refills[b].Load() != seen {
+		return bs.got[b], nil
 	}
-	for j := range bs.names {
-		if j == b {
+	defer func() {
+		bs.got[b] = got
+		bs.refills[b].Add(1)
+	}()
+	got, err = s.take(ctx, bs, b, need)
+	if err != nil || got >= need {
+		return got, err
+	}
+	for k := 1; k < len(bs.names) && got < need; k++ {
+		j := (b + k) % len(bs.names)
+		n, err := s.giveBack(ctx, bs, j, need-got)
+		if err != nil {
+			return got, err
+		}
+		if n == 0 {
 			continue
 		}
-		if _, err := s.giveBack(ctx, bs, j); err != nil {
-			return 0, err
+		m, err := s.take(ctx, bs, b, need-got)
+		if err != nil {
+			return got, err
 		}
+		got += m
 	}
-	return s.take(ctx, bs, b, need)
+	return got, nil
 }
 
 // take moves units from the pool into bucket b: a record in the home, the
@@ -318,14 +332,15 @@ func (s *Store) credit(ctx context.Context, lane, sale, id string, n int64) erro
 	return nil
 }
 
-// giveBack moves bucket j's unsold stock into the pool.
-func (s *Store) giveBack(ctx context.Context, bs *bucketSet, j int) (int64, error) {
+// giveBack moves up to want of bucket j's unsold stock (want 0: all of it)
+// into the pool.
+func (s *Store) giveBack(ctx context.Context, bs *bucketSet, j int, want int64) (int64, error) {
 	id, err := moveID()
 	if err != nil {
 		return 0, err
 	}
 	lane := bs.names[j]
-	n, err := s.move(ctx, []string{s.keys.Meta(lane), s.keys.Moves(lane)}, "give", id, 0)
+	n, err := s.move(ctx, []string{s.keys.Meta(lane), s.keys.Moves(lane)}, "give", id, want)
 	if err != nil || n == 0 {
 		return 0, err
 	}
@@ -478,41 +493,13 @@ func (s *Store) bucketNames(ctx context.Context, sale string, k int) ([]string, 
 		}
 		return names, nil
 	}
-	shards, err := cc.ClusterSlots(ctx).Result()
+	ps, err := primaries(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("buckets of %s: %w: read the slot map: %w", sale, ErrUnavailable, err)
-	}
-	// The primaries, each with its slot ranges, in a stable order.
-	type primary struct {
-		addr   string
-		ranges [][2]int
-	}
-	var ps []primary
-	index := map[string]int{}
-	for _, sh := range shards {
-		if len(sh.Nodes) == 0 {
-			continue
-		}
-		addr := sh.Nodes[0].Addr
-		j, seen := index[addr]
-		if !seen {
-			j = len(ps)
-			index[addr] = j
-			ps = append(ps, primary{addr: addr})
-		}
-		ps[j].ranges = append(ps[j].ranges, [2]int{int(sh.Start), int(sh.End)})
 	}
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("buckets of %s: %w: the cluster has no primaries", sale, ErrUnavailable)
 	}
-	sortPrimaries := func() {
-		for i := 1; i < len(ps); i++ {
-			for j := i; j > 0 && ps[j].addr < ps[j-1].addr; j-- {
-				ps[j], ps[j-1] = ps[j-1], ps[j]
-			}
-		}
-	}
-	sortPrimaries()
 	h := fnv.New32a()
 	h.Write([]byte(sale))
 	first := int(h.Sum32() % uint32(len(ps)))
@@ -538,6 +525,36 @@ func (s *Store) bucketNames(ctx context.Context, sale string, k int) ([]string, 
 		}
 	}
 	return names, nil
+}
+
+// primary is one primary of a cluster with its slot ranges.
+type primary struct {
+	id     string
+	ranges [][2]int
+}
+
+// primaries reads the cluster's primaries from CLUSTER SHARDS, sorted by
+// node id, so that every gateway places the buckets of a sale alike.
+func primaries(ctx context.Context, cc *redis.ClusterClient) ([]primary, error) {
+	shards, err := cc.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var ps []primary
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role != "master" || len(sh.Slots) == 0 {
+				continue
+			}
+			p := primary{id: n.ID}
+			for _, r := range sh.Slots {
+				p.ranges = append(p.ranges, [2]int{int(r.Start), int(r.End)})
+			}
+			ps = append(ps, p)
+		}
+	}
+	slices.SortFunc(ps, func(a, b primary) int { return strings.Compare(a.id, b.id) })
+	return ps, nil
 }
 
 // hashSlot is Redis Cluster's slot of a key whose hash tag is tag:

@@ -137,6 +137,9 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 		return s.unavailable(ctx, "reserve", err)
 	}
 	if res.Err != nil {
+		if errors.Is(res.Err, ErrUnavailable) {
+			return s.unavailable(ctx, "reserve", res.Err) // logged, like a failed call
+		}
 		s.closed.remember(sale, res.Err, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}

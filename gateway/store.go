@@ -342,7 +342,7 @@ func (s *Store) createBuckets(ctx context.Context, sale string, u SaleUpdate) (*
 func (s *Store) upsertBuckets(ctx context.Context, bs *bucketSet, u SaleUpdate) (*SaleView, bool, error) {
 	if u.Stock != nil {
 		for j := range bs.names {
-			if _, err := s.giveBack(ctx, bs, j); err != nil {
+			if _, err := s.giveBack(ctx, bs, j, 0); err != nil {
 				return nil, false, err
 			}
 		}

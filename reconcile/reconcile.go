@@ -9,6 +9,13 @@
 // Units are compared as live units (package order: pending_payment, paid,
 // confirmed): Redis's sold counts them, and so do MySQL's rows in those
 // states; the units of a cancelled or expired order are back in the stock.
+//
+// A sale of several buckets (API.md "buckets", gateway/buckets.go) sells in
+// its buckets, each a slot with its own meta, users, orders, outbox and due
+// set, whose orders name the sale; its home slot sells nothing. Redis's
+// figures are then the buckets' summed, and MySQL's are the sale's as ever.
+// Its stock is checked too: every unit the home handed out (moved) is in a
+// bucket's stock or in a move whose second half has not run.
 package reconcile
 
 import (
@@ -16,6 +23,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,6 +70,17 @@ type Report struct {
 	OutboxUnits int64
 	OutboxBad   int64 // outbox entries that are not orders
 	BadRecords  int64 // orders hash values that are not order records (counted in Accepted, with no units)
+
+	// A sale of several buckets: the figures above are summed over its
+	// buckets (and its home, which holds none of them).
+	Buckets   int      // 1 for a sale of one slot
+	Lanes     []string // the buckets' ids, of a sale of several
+	Stock     int64    // the home's stock: the whole sale's
+	Moved     int64    // the home's moved: units handed to the buckets
+	LaneStock int64    // the buckets' stock, summed
+	Moving    int64    // units in move records whose second half has not run
+	MovesBad  int64    // move records that are not moves (the settling pass skips them)
+	Doubled   int      // order ids in the orders hashes of two buckets
 
 	// MySQL.
 	Rows         int64            // rows in orders
@@ -141,6 +160,24 @@ func (r *Report) Drift() []string {
 	if r.StateDiffers > 0 {
 		d = append(d, fmt.Sprintf("%d orders have another state in MySQL than in Redis, with no outbox entry for it (in transit, or lost)", r.StateDiffers))
 	}
+	if r.Buckets > 1 {
+		if r.Moved != r.LaneStock+r.Moving {
+			d = append(d, fmt.Sprintf("Redis: moved %d ≠ buckets' stock %d + units moving %d (stock made or lost between the home and its buckets)",
+				r.Moved, r.LaneStock, r.Moving))
+		}
+		if r.Moved > r.Stock {
+			d = append(d, fmt.Sprintf("Redis: moved %d > stock %d (the buckets were handed more than the sale has)", r.Moved, r.Stock))
+		}
+		if r.Sold > r.Stock {
+			d = append(d, fmt.Sprintf("Redis: the buckets sold %d > stock %d", r.Sold, r.Stock))
+		}
+		if r.MovesBad > 0 {
+			d = append(d, fmt.Sprintf("%d move records are not moves", r.MovesBad))
+		}
+		if r.Doubled > 0 {
+			d = append(d, fmt.Sprintf("%d orders are in two buckets", r.Doubled))
+		}
+	}
 	if r.OutboxEntries == 0 && r.InTransit() == 0 && r.Buyers != r.Users {
 		d = append(d, fmt.Sprintf("buyers: Redis %d ≠ MySQL distinct users of live orders %d", r.Buyers, r.Users))
 	}
@@ -165,93 +202,31 @@ func counter(state string) string {
 // counted in BadRecords, which is drift; its order still counts as accepted
 // (its id is there), with no units and no state, and is missing when
 // neither MySQL nor the outbox holds it.
+//
+// A sale of several buckets is read bucket by bucket, each atomically; the
+// sum is not one instant, so a sale that is selling can show a difference
+// that a sale at rest does not.
 func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db *sql.DB, sale string) (*Report, error) {
-	r := &Report{Sale: sale, States: map[string]int64{}, Counters: map[string]int64{}, RowStates: map[string]int64{}}
+	r := &Report{Sale: sale, Buckets: 1, States: map[string]int64{}, Counters: map[string]int64{}, RowStates: map[string]int64{}}
 
-	// Redis: one MULTI for the figures, then scans for the details.
-	pipe := rdb.TxPipeline()
-	exists := pipe.Exists(ctx, keys.Meta(sale))
-	meta := pipe.HMGet(ctx, keys.Meta(sale), "sold", "pending", "paid", "cancelled", "expired")
-	buyers := pipe.HLen(ctx, keys.Users(sale))
-	due := pipe.ZCard(ctx, keys.Due(sale))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("reconcile %s: redis: %w", sale, err)
-	}
-	num := func(v any) int64 {
-		s, _ := v.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	if m := meta.Val(); len(m) == 5 {
-		r.Sold = num(m[0])
-		for i, st := range States[1:] {
-			r.Counters[st] = num(m[i+1])
-		}
-	}
-	r.Buyers = buyers.Val()
-	r.Due = due.Val()
-
-	type accepted struct {
-		rec   scripts.Record
-		bad   bool // not a record: nothing to compare a row with
-		found bool
+	// Redis: the home first, which names the buckets of a sale of several,
+	// then every slot that holds orders, then the moves between them.
+	exists, err := r.readHome(ctx, rdb, keys)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", sale, err)
 	}
 	orders := map[string]*accepted{}
-	err := hscan(ctx, rdb, keys.Orders(sale), func(id, v string) {
-		if _, dup := orders[id]; dup {
-			return // a scan may return a field twice
-		}
-		rec, err := scripts.ParseRecord(v)
-		orders[id] = &accepted{rec: rec, bad: err != nil}
-		r.Accepted++
-		r.AcceptedUnits += rec.Quantity
-		if err != nil {
-			r.BadRecords++
-			r.example("bad", id, "")
-			return
-		}
-		r.States[rec.State]++
-		if order.Live(rec.State) {
-			r.LiveOrders++
-			r.LiveUnits += rec.Quantity
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reconcile %s: orders hash: %w", sale, err)
-	}
-	held := map[string]int64{}
-	err = hscan(ctx, rdb, keys.Users(sale), func(user, v string) {
-		held[user], _ = strconv.ParseInt(v, 10, 64)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reconcile %s: users hash: %w", sale, err)
-	}
-	for _, n := range held {
-		r.UserUnits += n
-	}
 	// inOutbox holds, per order, the states of its entries still there.
 	inOutbox := map[string]map[string]bool{}
-	for start := "-"; ; {
-		msgs, err := rdb.XRangeN(ctx, keys.Outbox(sale), start, "+", 1000).Result()
-		if err != nil {
-			return nil, fmt.Errorf("reconcile %s: outbox: %w", sale, err)
+	for _, slot := range append([]string{sale}, r.Lanes...) {
+		if err := r.readSlot(ctx, rdb, keys, slot, orders, inOutbox); err != nil {
+			return nil, fmt.Errorf("reconcile %s: %w", sale, err)
 		}
-		for _, m := range msgs {
-			r.OutboxEntries++
-			o, err := order.FromStream(m.Values)
-			if err != nil {
-				r.OutboxBad++
-				continue
-			}
-			if inOutbox[o.OrderID] == nil {
-				inOutbox[o.OrderID] = map[string]bool{}
-			}
-			inOutbox[o.OrderID][o.State] = true
+	}
+	if r.Buckets > 1 {
+		if err := r.readMoves(ctx, rdb, keys); err != nil {
+			return nil, fmt.Errorf("reconcile %s: %w", sale, err)
 		}
-		if len(msgs) < 1000 {
-			break
-		}
-		start = "(" + msgs[len(msgs)-1].ID
 	}
 	r.OutboxOrders = int64(len(inOutbox))
 	liveUnits := func(a *accepted) int64 {
@@ -332,7 +307,7 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 			r.example("missing", id, "")
 		}
 	}
-	if exists.Val() == 0 && r.Accepted == 0 && r.Rows == 0 && r.LedgerOrders == 0 {
+	if !exists && r.Accepted == 0 && r.Rows == 0 && r.LedgerOrders == 0 {
 		return nil, fmt.Errorf("reconcile %s: %w", sale, ErrNoSale)
 	}
 	return r, nil
@@ -354,6 +329,204 @@ func (r *Report) example(kind, id, detail string) {
 		}
 		r.Examples = append(r.Examples, e)
 	}
+}
+
+// accepted is one order of the orders hash, and whether MySQL has its row.
+type accepted struct {
+	rec   scripts.Record
+	bad   bool // not a record: nothing to compare a row with
+	found bool
+	slot  string // the sale or bucket whose orders hash holds it
+}
+
+// readHome reads the sale's own meta hash: whether it exists and, for a
+// sale of several buckets, the buckets' ids (its field names, as
+// gateway/buckets.go writes them), its stock and moved.
+func (r *Report) readHome(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys) (bool, error) {
+	pipe := rdb.TxPipeline()
+	exists := pipe.Exists(ctx, keys.Meta(r.Sale))
+	meta := pipe.HMGet(ctx, keys.Meta(r.Sale), "buckets", "names", "stock", "moved")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("redis: %w", err)
+	}
+	m := meta.Val()
+	if len(m) != 4 {
+		return exists.Val() == 1, nil
+	}
+	buckets := num(m[0])
+	names, _ := m[1].(string)
+	if buckets <= 1 && names == "" {
+		return exists.Val() == 1, nil
+	}
+	lanes := strings.Split(names, ",")
+	if len(lanes) < 2 || int64(len(lanes)) != buckets || slices.Contains(lanes, "") {
+		return false, fmt.Errorf("redis: the sale has %d buckets, its meta names %q", buckets, names)
+	}
+	r.Buckets, r.Lanes = len(lanes), lanes
+	r.Stock, r.Moved = num(m[2]), num(m[3])
+	return true, nil
+}
+
+// readSlot adds the figures, orders, users and outbox of slot (the sale, or
+// one of its buckets) to r, orders and inOutbox: one MULTI for the figures,
+// then scans for the details.
+func (r *Report) readSlot(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, slot string,
+	orders map[string]*accepted, inOutbox map[string]map[string]bool) error {
+	pipe := rdb.TxPipeline()
+	meta := pipe.HMGet(ctx, keys.Meta(slot), "sold", "pending", "paid", "cancelled", "expired", "stock")
+	buyers := pipe.HLen(ctx, keys.Users(slot))
+	due := pipe.ZCard(ctx, keys.Due(slot))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis %s: %w", slot, err)
+	}
+	if m := meta.Val(); len(m) == 6 {
+		r.Sold += num(m[0])
+		for i, st := range States[1:] {
+			r.Counters[st] += num(m[i+1])
+		}
+		if slot != r.Sale {
+			r.LaneStock += num(m[5])
+		}
+	}
+	r.Buyers += buyers.Val()
+	r.Due += due.Val()
+
+	err := hscan(ctx, rdb, keys.Orders(slot), func(id, v string) {
+		if prev, dup := orders[id]; dup {
+			// A scan may return a field twice; two buckets must never
+			// hold the same order.
+			if prev.slot != slot {
+				r.Doubled++
+				r.example("doubled", id, prev.slot+", "+slot)
+			}
+			return
+		}
+		rec, err := scripts.ParseRecord(v)
+		orders[id] = &accepted{rec: rec, bad: err != nil, slot: slot}
+		r.Accepted++
+		r.AcceptedUnits += rec.Quantity
+		if err != nil {
+			r.BadRecords++
+			r.example("bad", id, "")
+			return
+		}
+		r.States[rec.State]++
+		if order.Live(rec.State) {
+			r.LiveOrders++
+			r.LiveUnits += rec.Quantity
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("orders hash of %s: %w", slot, err)
+	}
+	held := map[string]int64{}
+	err = hscan(ctx, rdb, keys.Users(slot), func(user, v string) {
+		held[user], _ = strconv.ParseInt(v, 10, 64)
+	})
+	if err != nil {
+		return fmt.Errorf("users hash of %s: %w", slot, err)
+	}
+	for _, n := range held {
+		r.UserUnits += n
+	}
+	for start := "-"; ; {
+		msgs, err := rdb.XRangeN(ctx, keys.Outbox(slot), start, "+", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("outbox of %s: %w", slot, err)
+		}
+		for _, m := range msgs {
+			r.OutboxEntries++
+			o, err := order.FromStream(m.Values)
+			if err != nil {
+				r.OutboxBad++
+				continue
+			}
+			if inOutbox[o.OrderID] == nil {
+				inOutbox[o.OrderID] = map[string]bool{}
+			}
+			inOutbox[o.OrderID][o.State] = true
+		}
+		if len(msgs) < 1000 {
+			break
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
+	return nil
+}
+
+// readMoves counts in r.Moving the units of the moves of a sale of several
+// buckets that are half done (scripts/lua/move.lua): a take recorded in the
+// home whose credit has not reached its bucket, a give recorded in a bucket
+// whose units the home has not accepted. A record whose second half ran
+// (its op key exists) but that is not removed yet holds no unit: they are
+// in the bucket's stock, or back in the pool.
+func (r *Report) readMoves(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys) error {
+	done := func(slot, id string) (bool, error) {
+		n, err := rdb.Exists(ctx, keys.Op(slot, id)).Result()
+		return n == 1, err
+	}
+	takes, err := rdb.HGetAll(ctx, keys.Moves(r.Sale)).Result()
+	if err != nil {
+		return fmt.Errorf("moves of %s: %w", r.Sale, err)
+	}
+	for id, rec := range takes {
+		// take:BUCKET:N:UNIXSECONDS
+		f := strings.Split(rec, ":")
+		var b int
+		var n int64
+		var err1, err2 error
+		if len(f) == 4 {
+			b, err1 = strconv.Atoi(f[1])
+			n, err2 = strconv.ParseInt(f[2], 10, 64)
+		}
+		if len(f) != 4 || f[0] != "take" || err1 != nil || err2 != nil || b < 0 || b >= len(r.Lanes) || n < 0 {
+			r.MovesBad++
+			r.example("move", id, rec)
+			continue
+		}
+		credited, err := done(r.Lanes[b], id)
+		if err != nil {
+			return fmt.Errorf("move %s: %w", id, err)
+		}
+		if !credited {
+			r.Moving += n
+		}
+	}
+	for _, lane := range r.Lanes {
+		gives, err := rdb.HGetAll(ctx, keys.Moves(lane)).Result()
+		if err != nil {
+			return fmt.Errorf("moves of %s: %w", lane, err)
+		}
+		for id, rec := range gives {
+			// give:N:UNIXSECONDS
+			f := strings.Split(rec, ":")
+			var n int64
+			var err1 error
+			if len(f) == 3 {
+				n, err1 = strconv.ParseInt(f[1], 10, 64)
+			}
+			if len(f) != 3 || f[0] != "give" || err1 != nil || n < 0 {
+				r.MovesBad++
+				r.example("move", id, rec)
+				continue
+			}
+			accepted, err := done(r.Sale, id)
+			if err != nil {
+				return fmt.Errorf("move %s: %w", id, err)
+			}
+			if !accepted {
+				r.Moving += n
+			}
+		}
+	}
+	return nil
+}
+
+// num reads an HMGET value as an integer; a missing or unreadable one is 0.
+func num(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 func hscan(ctx context.Context, rdb redis.UniversalClient, key string, fn func(field, value string)) error {

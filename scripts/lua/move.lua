@@ -14,10 +14,13 @@
 -- A process that dies between the two halves leaves the record; whoever
 -- finds it later (gateway/buckets.go, the settling pass) runs the second half
 -- again, which its op key makes a no-op when it had already run. Every unit
--- is at each instant in exactly one of: the pool, a take record, a bucket's
--- stock, a give record. moved (home) counts what is in take records, bucket
--- stocks and give records, so the pool is stock − moved and the buckets can
--- never sell more than the sale's stock.
+-- is at each instant in exactly one of: the pool, an unfinished take (its
+-- record in the home, no op key in the bucket yet), a bucket's stock, an
+-- unfinished give (its record in the bucket, no op key in the home yet); a
+-- record whose op key exists is finished and only waits for its removal.
+-- moved (home) counts unfinished takes, bucket stocks and unfinished gives,
+-- so the pool is stock − moved and the buckets can never sell more than the
+-- sale's stock.
 --
 -- KEYS[1] meta hash (of the home for take and accept, of the bucket for
 -- credit and give), KEYS[2] the moves hash (take, give) or the op key of the
