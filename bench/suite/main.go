@@ -46,7 +46,7 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster)`)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -60,8 +60,10 @@ func main() {
 		err = runCostOnly(ctx, *out, *dur, *conns)
 	case "zeroloss":
 		err = runZeroLossOnly(ctx, *out, *dur, *conns)
+	case "buckets":
+		err = runBucketsOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth, cost or zeroloss", *only)
+		err = fmt.Errorf("-only %q: want auth, cost, zeroloss or buckets", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -77,6 +79,7 @@ type suite struct {
 	rows      []row
 	notes     []string
 	cost      string // the cost-per-order section (cost.go); "" when not measured
+	buckets   string // the buckets section (buckets.go); "" when not measured
 }
 
 // row is one line of the report's main table.
@@ -163,6 +166,11 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 	// 4c. What zero-loss mode (appendfsync always) costs the reserve path.
 	if err := s.measureZeroLoss(ctx); err != nil {
 		s.notes = append(s.notes, "zero-loss mode not measured: "+err.Error())
+	}
+
+	// 4d. One hot sale in 1 and in 3 buckets on a Redis Cluster.
+	if err := s.measureBuckets(ctx); err != nil {
+		s.notes = append(s.notes, "buckets not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -868,6 +876,7 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 		}
 	}
 	b.WriteString(s.cost)
+	b.WriteString(s.buckets)
 	if goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + goBench + "\n```\n")
 	}

@@ -1,0 +1,742 @@
+package main
+
+// One hot sale in buckets (issue 10, API.md "buckets"): the same sale, the
+// same load, once with "buckets":1 and once with "buckets":3, on a Redis
+// Cluster of three primaries, in the same run. A sale of one bucket is one
+// hash slot, so one primary does all its Redis work; three buckets spread
+// its buyers over three slots on three primaries. What is measured is what
+// that does to Redis: the busiest primary's CPU per order (the figure that
+// decides when one sale outgrows one Redis core) and all the primaries'
+// together (what the spreading costs: smaller batches per slot, the moves
+// of stock from the pool).
+//
+// The cluster is the suite's own, as zero-loss mode's Redis is
+// (zeroloss.go): three redis-server processes from the same package, set
+// up as deploy/local/cluster.sh sets up `make up-cluster`'s (AOF everysec,
+// no RDB), but with no automatic AOF rewrite, so that each primary's CPU is
+// this sale's alone and no test using the shared cluster at the same time
+// is counted. Each round starts from an empty cluster and a fresh gateway.
+//
+// CPU is utime + stime of each redis-server process, every thread, from
+// /proc/PID/stat before and after the load, divided by the orders sold
+// in that round. The relay and the consumers do not run: the gateway's
+// relay finds no broker and waits, as in measureGateway, so Redis's work is
+// the reservations (and, with buckets, the moves) alone.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	adminapi "github.com/flashgate/flashgate/admin"
+	"github.com/flashgate/flashgate/bench"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+var (
+	bucketRuns  = flag.Int("buckets-runs", 3, "rounds of the buckets measurement (each one sale of K = 1 and one of K = 3, in alternating order); the report gives medians")
+	bucketStock = flag.Int64("buckets-stock", 1_000_000, "stock of each sale of the buckets measurement: more than one round of -duration sells")
+	skipBuckets = flag.Bool("skip-buckets", false, "skip the buckets measurement (one hot sale, K = 1 vs K = 3, on a Redis Cluster of the suite's own)")
+)
+
+const (
+	// The bucket counts compared, and the cluster's primaries.
+	bucketsOne       = 1
+	bucketsMany      = 3
+	clusterPrimaries = 3
+	// Issue 10's targets for K = 3 ÷ K = 1: the busiest primary does at
+	// most 0.4× the work per order, all of them together at most 1.25×.
+	targetBusiest = 0.4
+	targetAll     = 1.25
+	// clusterSlots is Redis Cluster's number of hash slots.
+	clusterSlots = 16384
+)
+
+// bucketRun is one sale of one round.
+type bucketRun struct {
+	k           int
+	orders      int64     // sold: the 202s, and the 503s whose script call ran after all
+	unavailable int64     // 503 answers
+	rate        float64   // accepted orders/s
+	primary     []float64 // Redis CPU µs per order, by node
+	calls       []float64 // EVALSHA per order, by node
+	gateway     float64   // the gateway's CPU µs per order
+	idle        []float64 // CPU ms per second of each node with the gateway up and no load
+	p50, p99    time.Duration
+	lanes       []int // the node of each bucket
+	home        int   // the node of the sale's own slot
+}
+
+// busiest is the largest CPU per order of one primary.
+func (r bucketRun) busiest() float64 {
+	var m float64
+	for _, v := range r.primary {
+		m = max(m, v)
+	}
+	return m
+}
+
+// all is the primaries' CPU per order together.
+func (r bucketRun) all() float64 {
+	var sum float64
+	for _, v := range r.primary {
+		sum += v
+	}
+	return sum
+}
+
+// scriptCalls is EVALSHA per order on every primary together.
+func (r bucketRun) scriptCalls() float64 {
+	var sum float64
+	for _, v := range r.calls {
+		sum += v
+	}
+	return sum
+}
+
+// measureBuckets is the buckets part: a cluster of its own, then
+// -buckets-runs rounds of one K = 1 sale and one K = 3 sale (the order
+// alternating, so that a change in the machine's load falls on both), then
+// the section of the report.
+func (s *suite) measureBuckets(ctx context.Context) error {
+	if *skipBuckets {
+		s.notes = append(s.notes, "buckets skipped (-skip-buckets)")
+		return nil
+	}
+	if *bucketRuns < 1 || *bucketStock < 1 {
+		return errors.New("-buckets-runs and -buckets-stock must be at least 1")
+	}
+	started := time.Now()
+	cl, err := s.startCluster(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.close(s)
+	var (
+		runs    []bucketRun
+		retried []string
+	)
+	for round := range *bucketRuns {
+		order := []int{bucketsOne, bucketsMany}
+		if round%2 == 1 {
+			order = []int{bucketsMany, bucketsOne}
+		}
+		for _, k := range order {
+			r, err := s.bucketRound(ctx, cl, k)
+			if err != nil && ctx.Err() == nil {
+				// This machine is shared: a stall of another user's work
+				// can fail one run. Once more, then give up.
+				fmt.Fprintf(os.Stderr, "buckets %d, round %d failed, once more: %v\n", k, round+1, err)
+				retried = append(retried, fmt.Sprintf("K=%d, round %d: %v", k, round+1, err))
+				r, err = s.bucketRound(ctx, cl, k)
+			}
+			if err != nil {
+				return fmt.Errorf("buckets %d, round %d: %w", k, round+1, err)
+			}
+			fmt.Fprintf(os.Stderr, "buckets: K=%d %8.0f orders/s, busiest primary %.2f µs/order, all primaries %.2f µs/order (%s), %.3f script calls/order\n",
+				k, r.rate, r.busiest(), r.all(), joinFloats(r.primary, "%.2f"), r.scriptCalls())
+			runs = append(runs, r)
+		}
+	}
+	s.buckets = bucketsSection(runs, retried, cl.addrList(), *bucketStock, s.conns, s.dur, time.Since(started))
+	fmt.Fprint(os.Stderr, "\n"+s.buckets)
+	return nil
+}
+
+// runBucketsOnly is `-only buckets`: the buckets part alone, written to
+// out (a partial report: do not write it over docs/benchmarks.md).
+func runBucketsOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
+	s := &suite{dur: dur, conns: conns}
+	defer s.stopAll()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+	started := time.Now()
+	if err := s.measureBuckets(ctx); err != nil {
+		return err
+	}
+	return s.write(out, "", time.Since(started))
+}
+
+// clusterNode is one primary of the suite's cluster.
+type clusterNode struct {
+	addr, bus string // client and cluster-bus addresses
+	cmd       *exec.Cmd
+	rdb       *redis.Client
+}
+
+// localCluster is the suite's own Redis Cluster.
+type localCluster struct {
+	dir   string
+	nodes []*clusterNode
+}
+
+func (c *localCluster) addrList() []string {
+	addrs := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		addrs[i] = n.addr
+	}
+	return addrs
+}
+
+// close stops the nodes and removes their data.
+func (c *localCluster) close(s *suite) {
+	for _, n := range c.nodes {
+		if n.rdb != nil {
+			n.rdb.Close()
+		}
+		s.stop(n.cmd)
+	}
+	os.RemoveAll(c.dir)
+}
+
+// slotRanges splits the hash slots among n primaries as `redis-cli
+// --cluster create` does (3 primaries: 0-5460, 5461-10922, 10923-16383).
+func slotRanges(n int) [][2]int {
+	per := float64(clusterSlots) / float64(n)
+	ranges := make([][2]int, n)
+	first, cursor := 0, 0.0
+	for i := range ranges {
+		last := int(math.Round(cursor + per - 1))
+		if last > clusterSlots-1 || i == n-1 {
+			last = clusterSlots - 1
+		}
+		ranges[i] = [2]int{first, last}
+		first = last + 1
+		cursor += per
+	}
+	return ranges
+}
+
+// port is the port of a host:port address.
+func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+
+// startCluster starts clusterPrimaries redis-server processes in cluster
+// mode on free ports (the bus on a port of its own, cluster-port), gives
+// each its range of slots, makes them meet, and waits until every node
+// sees the whole cluster served.
+func (s *suite) startCluster(ctx context.Context) (*localCluster, error) {
+	dir, err := os.MkdirTemp(".run/bench", "buckets-")
+	if err != nil {
+		return nil, err
+	}
+	if dir, err = filepath.Abs(dir); err != nil { // redis-server reads paths after its chdir to --dir
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &localCluster{dir: dir}
+	fail := func(err error) (*localCluster, error) {
+		c.close(s)
+		return nil, err
+	}
+	for i := range clusterPrimaries {
+		nodeDir := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			return fail(err)
+		}
+		n := &clusterNode{addr: freeAddr(), bus: freeAddr()}
+		// As cluster.sh configures the nodes of `make up-cluster`, with no
+		// automatic AOF rewrite (its fork would weigh on one round alone;
+		// each round's start rewrites it instead). On every CPU, as `make
+		// up-cluster` starts them (not on the load's, which this process
+		// would pass on).
+		n.cmd = pinned(everyCPU(), "redis-server", "--bind", "127.0.0.1", "--port", port(n.addr),
+			"--cluster-enabled", "yes", "--cluster-port", port(n.bus), "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--dir", nodeDir,
+			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
+			"--daemonize", "no", "--logfile", filepath.Join(nodeDir, "redis.log"))
+		if err := s.start(n.cmd, fmt.Sprintf("buckets-redis-%d", i)); err != nil {
+			return fail(err)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, n := range c.nodes {
+		// Its port first (go-redis would log every refused dial), then PING.
+		for {
+			conn, err := net.DialTimeout("tcp", n.addr, time.Second)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fail(fmt.Errorf("cluster node %s did not answer (see %s)", n.addr, filepath.Join(dir, strconv.Itoa(i), "redis.log")))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		n.rdb = redis.NewClient(&redis.Options{Addr: n.addr})
+		if err := n.rdb.Ping(ctx).Err(); err != nil {
+			return fail(fmt.Errorf("cluster node %s: %w", n.addr, err))
+		}
+	}
+	// Distinct config epochs before the nodes meet, as redis-cli gives
+	// them, so that no epoch collision has to be resolved first.
+	for i, r := range slotRanges(len(c.nodes)) {
+		n := c.nodes[i]
+		if err := n.rdb.ClusterAddSlotsRange(ctx, r[0], r[1]).Err(); err != nil {
+			return fail(fmt.Errorf("cluster node %s: CLUSTER ADDSLOTS: %w", n.addr, err))
+		}
+		if err := n.rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return fail(fmt.Errorf("cluster node %s: CLUSTER SET-CONFIG-EPOCH: %w", n.addr, err))
+		}
+	}
+	for _, n := range c.nodes[1:] {
+		if err := c.nodes[0].rdb.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port(n.addr), port(n.bus)).Err(); err != nil {
+			return fail(fmt.Errorf("CLUSTER MEET %s: %w", n.addr, err))
+		}
+	}
+	for _, n := range c.nodes {
+		for {
+			info, err := n.rdb.ClusterInfo(ctx).Result()
+			if err == nil && clusterHealthy(info, len(c.nodes)) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fail(fmt.Errorf("cluster node %s not ok in time: %v %q", n.addr, err, info))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// clusterHealthy reads a CLUSTER INFO answer: the node says the cluster is
+// ok, knows its n nodes and sees every slot served.
+func clusterHealthy(info string, n int) bool {
+	want := map[string]string{"cluster_state": "ok", "cluster_known_nodes": strconv.Itoa(n), "cluster_slots_ok": strconv.Itoa(clusterSlots)}
+	for line := range strings.Lines(info) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if w, ok := want[k]; ok && v == w {
+			delete(want, k)
+		}
+	}
+	return len(want) == 0
+}
+
+// empty deletes every key and rewrites each node's AOF (outside what is
+// measured), so that each round starts from the same empty cluster and no
+// AOF grows over the rounds.
+func (c *localCluster) empty(ctx context.Context) error {
+	for _, n := range c.nodes {
+		if err := n.rdb.FlushAll(ctx).Err(); err != nil {
+			return fmt.Errorf("%s: FLUSHALL: %w", n.addr, err)
+		}
+		if err := n.rdb.BgRewriteAOF(ctx).Err(); err != nil && !strings.Contains(err.Error(), "in progress") {
+			return fmt.Errorf("%s: BGREWRITEAOF: %w", n.addr, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.nodes {
+		for {
+			info, err := n.rdb.Info(ctx, "persistence").Result()
+			if err != nil {
+				return fmt.Errorf("%s: INFO persistence: %w", n.addr, err)
+			}
+			if strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: the AOF rewrite did not finish in 30 s", n.addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// cpu reads every node's CPU and the gateway's (pid; 0 for none), the
+// gateway last.
+func (c *localCluster) cpu(gateway int) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, n := range c.nodes {
+		d, err := procCPU(n.cmd.Process.Pid)
+		if err != nil {
+			return nil, fmt.Errorf("redis-server %s: %w", n.addr, err)
+		}
+		out = append(out, d)
+	}
+	if gateway > 0 {
+		d, err := procCPU(gateway)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// node is the index of the node whose address is addr, -1 for none.
+func (c *localCluster) node(addr string) int {
+	for i, n := range c.nodes {
+		if n.addr == addr {
+			return i
+		}
+	}
+	return -1
+}
+
+// bucketRound starts a gateway on an empty cluster, creates one sale of k
+// buckets, and measures one run of buys on it.
+func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k int) (bucketRun, error) {
+	r := bucketRun{k: k}
+	if err := cl.empty(ctx); err != nil {
+		return r, err
+	}
+	public, admin := freeAddr(), freeAddr()
+	const prefix = "bk"
+	gw := pinned("0", s.bin, "gateway")
+	gw.Env = gatewayEnv(public, admin, prefix, []string{"FLASHGATE_REDIS_ADDRS=" + strings.Join(cl.addrList(), ","),
+		// The buy path alone, as measureGateway: the relay finds no broker.
+		"FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"})
+	if err := s.start(gw, fmt.Sprintf("buckets-gateway-k%d", k)); err != nil {
+		return r, err
+	}
+	defer s.stop(gw)
+	if err := waitHTTP(ctx, "http://"+public+"/readyz"); err != nil {
+		return r, err
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	sale := fmt.Sprintf("hot-k%d-%s", k, hex.EncodeToString(b[:]))
+	if err := createBucketSale(ctx, "http://"+admin, sale, *bucketStock, k); err != nil {
+		return r, err
+	}
+	if err := r.place(ctx, cl, prefix, sale); err != nil {
+		return r, err
+	}
+
+	// Half a second for the gateway to settle, then one idle second: what
+	// the nodes do with the gateway up and no buyer (the cluster bus, the
+	// gateway's sweeper).
+	time.Sleep(500 * time.Millisecond)
+	idle0, err := cl.cpu(0)
+	if err != nil {
+		return r, err
+	}
+	time.Sleep(time.Second)
+	idle1, err := cl.cpu(0)
+	if err != nil {
+		return r, err
+	}
+	for i := range cl.nodes {
+		r.idle = append(r.idle, float64(idle1[i]-idle0[i])/float64(time.Millisecond))
+	}
+
+	for _, n := range cl.nodes {
+		if err := n.rdb.ConfigResetStat(ctx).Err(); err != nil {
+			return r, fmt.Errorf("%s: CONFIG RESETSTAT: %w", n.addr, err)
+		}
+	}
+	before, err := cl.cpu(gw.Process.Pid)
+	if err != nil {
+		return r, err
+	}
+	// A raw load (the sale is this round's own, created above with its
+	// buckets, which bench.Run's own create cannot give): the same buyers
+	// in the same order for both K, one unit each, every one new.
+	rep, err := bench.Run(ctx, bench.Options{URL: "http://" + public, Raw: true, Sale: sale, Stock: *bucketStock,
+		Users: 1_000_000_000, NoKeys: true, Conns: s.conns, Duration: s.dur})
+	if err != nil {
+		return r, err
+	}
+	after, err := cl.cpu(gw.Process.Pid)
+	if err != nil {
+		return r, err
+	}
+	// Every answer must be a 202 but for a few 503s (a reservation that
+	// waited past redis.timeout on this shared machine): sold_out near the
+	// end of the stock (where a sale of several buckets takes stock back
+	// from the others) or many 503s would make this a measurement of
+	// something else.
+	var accepted, unavailable int64
+	for _, oc := range rep.Outcomes {
+		switch {
+		case oc.Status == "accepted":
+			accepted = oc.Count
+		case oc.Status == "unavailable":
+			unavailable = oc.Count
+		case oc.Count > 0:
+			return r, fmt.Errorf("%d answers %s (want only accepted; a sold_out wants a larger -buckets-stock than %d)", oc.Count, oc.Status, *bucketStock)
+		}
+	}
+	if accepted == 0 {
+		return r, errors.New("no order accepted")
+	}
+	if unavailable*100 > rep.Requests {
+		return r, fmt.Errorf("%d of %d answers unavailable (over 1%%)", unavailable, rep.Requests)
+	}
+	// Redis's work is per order it reserved: the 202s, and those of the
+	// 503s whose script call ran after all.
+	sold, err := checkBucketSale(ctx, "http://"+admin, sale, *bucketStock, accepted, unavailable)
+	if err != nil {
+		return r, err
+	}
+	r.orders, r.unavailable, r.rate = sold, unavailable, float64(accepted)/rep.Elapsed.Seconds()
+	r.p50, r.p99 = rep.All.P50, rep.All.P99
+	for i, n := range cl.nodes {
+		r.primary = append(r.primary, float64(after[i]-before[i])/float64(time.Microsecond)/float64(sold))
+		info, err := n.rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return r, fmt.Errorf("%s: INFO commandstats: %w", n.addr, err)
+		}
+		r.calls = append(r.calls, parseCommandStats(info, sold)["EVALSHA"].calls)
+	}
+	g := len(cl.nodes)
+	r.gateway = float64(after[g]-before[g]) / float64(time.Microsecond) / float64(sold)
+	return r, nil
+}
+
+// place finds the node of the sale's own slot and of each of its buckets
+// (the names its home holds), and refuses buckets that share a primary: K
+// = 3 on fewer than 3 primaries would measure nothing of what buckets are
+// for.
+func (r *bucketRun) place(ctx context.Context, cl *localCluster, prefix, sale string) error {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+	defer cc.Close()
+	keys := scripts.Keys{Prefix: prefix}
+	lanes := []string{sale}
+	names, err := cc.HGet(ctx, keys.Meta(sale), "names").Result()
+	switch {
+	case err == nil:
+		lanes = strings.Split(names, ",")
+	case !errors.Is(err, redis.Nil):
+		return fmt.Errorf("names of %s: %w", sale, err)
+	}
+	if len(lanes) != r.k {
+		return fmt.Errorf("sale %s has %d buckets (%q), want %d", sale, len(lanes), names, r.k)
+	}
+	at := func(key string) (int, error) {
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("primary of %s: %w", key, err)
+		}
+		i := cl.node(n.Options().Addr)
+		if i < 0 {
+			return 0, fmt.Errorf("primary of %s: %s is not a node of the cluster", key, n.Options().Addr)
+		}
+		return i, nil
+	}
+	if r.home, err = at(keys.Meta(sale)); err != nil {
+		return err
+	}
+	seen := map[int]bool{}
+	for _, lane := range lanes {
+		i, err := at(keys.Meta(lane))
+		if err != nil {
+			return err
+		}
+		seen[i] = true
+		r.lanes = append(r.lanes, i)
+	}
+	if len(seen) != min(r.k, len(cl.nodes)) {
+		return fmt.Errorf("the %d buckets of %s are on %d primaries (nodes %v)", r.k, sale, len(seen), r.lanes)
+	}
+	return nil
+}
+
+// createBucketSale creates sale with stock units, one per buyer, in k
+// buckets, through the admin API (a PUT of its own: the admin client has
+// no buckets field), and checks the answer.
+func createBucketSale(ctx context.Context, adminURL, sale string, stock int64, k int) error {
+	body, err := json.Marshal(map[string]any{"stock": stock, "per_user_limit": 1, "buckets": k})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, adminURL+"/admin/v1/sales/"+sale, strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("create sale %s: %w", sale, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	var v struct {
+		Stock   int64 `json:"stock"`
+		Buckets int   `json:"buckets"`
+	}
+	if res.StatusCode != http.StatusCreated || json.Unmarshal(raw, &v) != nil || v.Stock != stock || v.Buckets != k {
+		return fmt.Errorf("create sale %s with %d buckets: %d %s", sale, k, res.StatusCode, raw)
+	}
+	return nil
+}
+
+// checkBucketSale checks the sale's admin view (which sums the buckets)
+// against the load's answers, as bench.Run's checks would on a sale it
+// made, and returns the units sold: every 202 is sold, and at most the
+// 503s besides (a call that timed out may have run); one unit per buyer;
+// nothing else is gone from the stock.
+func checkBucketSale(ctx context.Context, adminURL, sale string, stock, accepted, unavailable int64) (int64, error) {
+	c, err := adminapi.New(adminURL, "")
+	if err != nil {
+		return 0, err
+	}
+	v, err := c.Sale(ctx, sale)
+	if err != nil {
+		return 0, fmt.Errorf("view of %s: %w", sale, err)
+	}
+	if v.Stock != stock || v.Sold < accepted || v.Sold > accepted+unavailable || v.Buyers != v.Sold || v.Remaining != stock-v.Sold {
+		return 0, fmt.Errorf("sale %s after %d accepted orders and %d unavailable: stock %d, sold %d, buyers %d, remaining %d",
+			sale, accepted, unavailable, v.Stock, v.Sold, v.Buyers, v.Remaining)
+	}
+	return v.Sold, nil
+}
+
+// bucketFigures are the medians of the runs of one K.
+type bucketFigures struct {
+	runs                                  int
+	rate, busiest, all, calls, gateway    float64
+	rateLo, rateHi, busiestLo, busiestHi  float64
+	allLo, allHi, callsLo, callsHi        float64
+	gatewayLo, gatewayHi, idleMsPerSecond float64
+}
+
+// figuresOf sums up the runs of k: the median of each figure, and its
+// range. The busiest primary is taken in each run (it is the one that
+// holds the sale's slot with one bucket; any of them with three).
+func figuresOf(runs []bucketRun, k int) bucketFigures {
+	var mine []bucketRun
+	for _, r := range runs {
+		if r.k == k {
+			mine = append(mine, r)
+		}
+	}
+	f := bucketFigures{runs: len(mine)}
+	if len(mine) == 0 {
+		return f
+	}
+	stat := func(get func(bucketRun) float64) (mid, lo, hi float64) {
+		v := make([]float64, len(mine))
+		for i, r := range mine {
+			v[i] = get(r)
+		}
+		mid, lo, hi = medianOf(v), v[0], v[0]
+		for _, x := range v {
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		return mid, lo, hi
+	}
+	f.rate, f.rateLo, f.rateHi = stat(func(r bucketRun) float64 { return r.rate })
+	f.busiest, f.busiestLo, f.busiestHi = stat(bucketRun.busiest)
+	f.all, f.allLo, f.allHi = stat(bucketRun.all)
+	f.calls, f.callsLo, f.callsHi = stat(bucketRun.scriptCalls)
+	f.gateway, f.gatewayLo, f.gatewayHi = stat(func(r bucketRun) float64 { return r.gateway })
+	f.idleMsPerSecond, _, _ = stat(func(r bucketRun) float64 {
+		var m float64
+		for _, v := range r.idle {
+			m = max(m, v)
+		}
+		return m
+	})
+	return f
+}
+
+// passMiss is a target's verdict in the buckets table.
+func passMiss(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+// bucketRatios are K = 3 ÷ K = 1 of the medians, and whether the targets
+// are met.
+func bucketRatios(one, many bucketFigures) (busiest, all, rate float64, busiestOK, allOK bool) {
+	if one.busiest > 0 {
+		busiest = many.busiest / one.busiest
+	}
+	if one.all > 0 {
+		all = many.all / one.all
+	}
+	if one.rate > 0 {
+		rate = many.rate / one.rate
+	}
+	return busiest, all, rate, one.busiest > 0 && busiest <= targetBusiest, one.all > 0 && all <= targetAll
+}
+
+func joinFloats(v []float64, format string) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, " + ")
+}
+
+// bucketsSection is the report's section: the figures of both K, the
+// ratios against the targets, each run, and how it was measured.
+func bucketsSection(runs []bucketRun, retried, addrs []string, stock int64, conns int, dur, took time.Duration) string {
+	one, many := figuresOf(runs, bucketsOne), figuresOf(runs, bucketsMany)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## One hot sale in buckets, on a Redis Cluster of %d primaries\n\n"+
+		"The same sale (%d units, per_user_limit 1, every buyer new) created with `\"buckets\":%d` and with `\"buckets\":%d`, "+
+		"the same load on each (%d keep-alive connections, %v closed loop), %d round(s) of both in alternating order, medians given "+
+		"with the range in brackets. Redis CPU is utime + stime of each redis-server process from `/proc/PID/stat` around the load, "+
+		"divided by the orders sold in the run; the busiest primary is taken in each run.\n\n",
+		len(addrs), stock, bucketsOne, bucketsMany, conns, dur, max(one.runs, many.runs))
+	spread := func(mid, lo, hi float64, format string) string {
+		if lo == hi {
+			return fmt.Sprintf(format, mid)
+		}
+		return fmt.Sprintf(format+" ("+format+"–"+format+")", mid, lo, hi)
+	}
+	b.WriteString("| K (buckets) | orders/s | busiest primary, Redis CPU µs per order | all primaries, Redis CPU µs per order | script calls per order | gateway CPU µs per order |\n" +
+		"| ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, f := range []struct {
+		k int
+		bucketFigures
+	}{{bucketsOne, one}, {bucketsMany, many}} {
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", f.k, spread(f.rate, f.rateLo, f.rateHi, "%.0f"),
+			spread(f.busiest, f.busiestLo, f.busiestHi, "%.2f"), spread(f.all, f.allLo, f.allHi, "%.2f"),
+			spread(f.calls, f.callsLo, f.callsHi, "%.3f"), spread(f.gateway, f.gatewayLo, f.gatewayHi, "%.1f"))
+	}
+	busiest, all, rate, busiestOK, allOK := bucketRatios(one, many)
+	fmt.Fprintf(&b, "\n| K = %d ÷ K = %d | ratio | target | |\n| --- | ---: | --- | --- |\n", bucketsMany, bucketsOne)
+	fmt.Fprintf(&b, "| busiest primary, Redis CPU per order | %.2f× | ≤ %.2f× | %s |\n", busiest, targetBusiest, passMiss(busiestOK))
+	fmt.Fprintf(&b, "| all primaries, Redis CPU per order | %.2f× | ≤ %.2f× | %s |\n", all, targetAll, passMiss(allOK))
+	fmt.Fprintf(&b, "| orders/s | %.2f× | (reported) | |\n", rate)
+
+	b.WriteString("\n- Each run, Redis CPU µs per order of each primary (node 0 + 1 + 2), where the sale's slot (home) and its buckets were:")
+	for _, r := range runs {
+		fmt.Fprintf(&b, " K=%d: %s, home node %d, buckets on nodes %v, %.0f orders/s", r.k, joinFloats(r.primary, "%.2f"), r.home, r.lanes, r.rate)
+		if r.unavailable > 0 {
+			fmt.Fprintf(&b, " (%d answers 503: waited past redis.timeout)", r.unavailable)
+		}
+		b.WriteString(";")
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "- What ran: the cluster is this suite's own (%s; AOF everysec, no RDB and no automatic AOF rewrite, as `make up-cluster`'s "+
+		"nodes otherwise; emptied and its AOF rewritten before each run), so no other user of the shared cluster is counted. "+
+		"One gateway per run (`flashgate gateway`, FLASHGATE_REDIS_ADDRS the three nodes, batching on, pinned to CPU 0 like the other "+
+		"gateway measurements), its relay idle (no broker), no consumer: Redis's work is the reservations and, with buckets, the moves "+
+		"of stock from the pool (a chunk is an eighth of a bucket's share). The load is `flashgate bench`'s generator in raw mode on the "+
+		"round's own sale; every answer had to be a 202 (or, for at most 1%% of them, a 503), and the admin view's sold and buyers the 202s "+
+		"(and at most the 503s besides); CPU is per unit sold.\n", strings.Join(addrs, ", "))
+	fmt.Fprintf(&b, "- Script calls per order are EVALSHA calls (`CONFIG RESETSTAT` before, `INFO commandstats` after, every primary): "+
+		"the gateway batches per bucket, so with K buckets the same buyers are shared out among K batches at a time and each script call "+
+		"carries fewer of them. With the gateway up and no load, the busiest node used %.0f ms (K=%d) and %.0f ms (K=%d) of CPU per second "+
+		"(the cluster bus, the sweeper; to the 10 ms clock tick), which the figures above include.\n",
+		one.idleMsPerSecond, bucketsOne, many.idleMsPerSecond, bucketsMany)
+	for _, e := range retried {
+		fmt.Fprintf(&b, "- Failed once and was run again: %s.\n", e)
+	}
+	fmt.Fprintf(&b, "- This part took %s.\n", took.Round(time.Second))
+	return b.String()
+}

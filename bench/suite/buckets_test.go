@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestSlotRanges(t *testing.T) {
+	if got, want := fmt.Sprint(slotRanges(3)), "[[0 5460] [5461 10922] [10923 16383]]"; got != want {
+		t.Errorf("3 primaries: %s, want %s (redis-cli --cluster create's split)", got, want)
+	}
+	for _, n := range []int{1, 2, 3, 5, 7, 16} {
+		r := slotRanges(n)
+		if len(r) != n {
+			t.Fatalf("%d primaries: %d ranges", n, len(r))
+		}
+		next := 0
+		for i, s := range r {
+			if s[0] != next || s[1] < s[0] {
+				t.Fatalf("%d primaries: range %d is %v after slot %d", n, i, s, next-1)
+			}
+			next = s[1] + 1
+		}
+		if next != clusterSlots {
+			t.Errorf("%d primaries: the ranges end at %d, want %d", n, next-1, clusterSlots-1)
+		}
+	}
+}
+
+func TestClusterHealthy(t *testing.T) {
+	ok := "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\ncluster_known_nodes:3\r\ncluster_size:3\r\n"
+	for _, tc := range []struct {
+		name, info string
+		want       bool
+	}{
+		{"ok", ok, true},
+		{"state fail", strings.Replace(ok, "cluster_state:ok", "cluster_state:fail", 1), false},
+		{"a node not met yet", strings.Replace(ok, "cluster_known_nodes:3", "cluster_known_nodes:2", 1), false},
+		{"slots not all seen", strings.Replace(ok, "cluster_slots_ok:16384", "cluster_slots_ok:10923", 1), false},
+		{"no slots line", strings.Replace(ok, "cluster_slots_ok:16384\r\n", "", 1), false},
+		{"empty", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clusterHealthy(tc.info, 3); got != tc.want {
+				t.Errorf("clusterHealthy = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBucketFigures(t *testing.T) {
+	run := func(k int, rate float64, primary ...float64) bucketRun {
+		return bucketRun{k: k, rate: rate, primary: primary, calls: []float64{0.01, 0.01, 0.02}, gateway: rate / 1000}
+	}
+	for _, tc := range []struct {
+		name                            string
+		runs                            []bucketRun
+		busiest, all                    float64 // medians of K = 3
+		ratioBusiest, ratioAll          float64
+		busiestOK, allOK                bool
+		wantBusiestVerdict, wantAllLine string
+	}{
+		{
+			name: "both met",
+			// K = 1: one primary does it all, a different one each run.
+			runs: []bucketRun{
+				run(1, 100, 21, 0, 0), run(3, 90, 7, 8, 7),
+				run(3, 80, 7, 7, 9), run(1, 110, 0.1, 22, 0),
+				run(1, 90, 0, 0, 18), run(3, 70, 6, 8, 6),
+			},
+			busiest: 8, all: 22, ratioBusiest: 8.0 / 21, ratioAll: 22.0 / 21,
+			busiestOK: true, allOK: true,
+		},
+		{
+			name: "both missed",
+			runs: []bucketRun{
+				run(1, 100, 20, 0, 0), run(3, 90, 11, 10, 11),
+				run(1, 100, 0, 20, 0), run(3, 90, 10, 12, 10),
+			},
+			busiest: 11.5, all: 32, ratioBusiest: 11.5 / 20, ratioAll: 32.0 / 20,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			one, many := figuresOf(tc.runs, bucketsOne), figuresOf(tc.runs, bucketsMany)
+			if many.busiest != tc.busiest || many.all != tc.all {
+				t.Errorf("K=3 busiest %v, all %v; want %v, %v", many.busiest, many.all, tc.busiest, tc.all)
+			}
+			busiest, all, _, busiestOK, allOK := bucketRatios(one, many)
+			near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+			if !near(busiest, tc.ratioBusiest) || !near(all, tc.ratioAll) || busiestOK != tc.busiestOK || allOK != tc.allOK {
+				t.Errorf("ratios %v (%v), %v (%v); want %v (%v), %v (%v)", busiest, busiestOK, all, allOK,
+					tc.ratioBusiest, tc.busiestOK, tc.ratioAll, tc.allOK)
+			}
+			sec := bucketsSection(tc.runs, nil, []string{"a", "b", "c"}, 1000, 64, time.Second, time.Minute)
+			for _, line := range []string{
+				fmt.Sprintf("| busiest primary, Redis CPU per order | %.2f× | ≤ 0.40× | %s |", tc.ratioBusiest, passMiss(tc.busiestOK)),
+				fmt.Sprintf("| all primaries, Redis CPU per order | %.2f× | ≤ 1.25× | %s |", tc.ratioAll, passMiss(tc.allOK)),
+			} {
+				if !strings.Contains(sec, line) {
+					t.Errorf("the section has no line %q:\n%s", line, sec)
+				}
+			}
+		})
+	}
+	if f := figuresOf(nil, bucketsOne); f.runs != 0 || f.busiest != 0 {
+		t.Errorf("no runs: %+v", f)
+	}
+	if _, _, _, bOK, aOK := bucketRatios(bucketFigures{}, bucketFigures{busiest: 1, all: 1}); bOK || aOK {
+		t.Error("a K = 1 of nothing met a target")
+	}
+}
+
+// TestLocalCluster starts the suite's own cluster on a real redis-server:
+// keys of every slot land on all three primaries, empty removes them all,
+// and close stops the processes and removes their data.
+func TestLocalCluster(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed (make up installs it)")
+	}
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll(".run/bench", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := &suite{}
+	defer s.stopAll()
+	cl, err := s.startCluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			cl.close(s)
+		}
+	}()
+	if len(cl.nodes) != clusterPrimaries {
+		t.Fatalf("%d nodes", len(cl.nodes))
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+	defer cc.Close()
+	const keys = 300
+	for i := range keys {
+		if err := cc.Set(ctx, fmt.Sprintf("k%d", i), "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total int64
+	for _, n := range cl.nodes {
+		size, err := n.rdb.DBSize(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size == 0 {
+			t.Errorf("node %s holds no key of %d", n.addr, keys)
+		}
+		total += size
+	}
+	if total != keys {
+		t.Errorf("the nodes hold %d keys, want %d", total, keys)
+	}
+	if cpu, err := cl.cpu(0); err != nil || len(cpu) != clusterPrimaries {
+		t.Errorf("cpu: %v, %v", cpu, err)
+	}
+	if err := cl.empty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.nodes {
+		if size, err := n.rdb.DBSize(ctx).Result(); err != nil || size != 0 {
+			t.Errorf("node %s after empty: %d keys, %v", n.addr, size, err)
+		}
+	}
+	cl.close(s)
+	closed = true
+	for _, n := range cl.nodes {
+		if n.cmd.ProcessState == nil {
+			t.Errorf("node %s still running after close", n.addr)
+		}
+	}
+	if _, err := os.Stat(cl.dir); !os.IsNotExist(err) {
+		t.Errorf("%s after close: %v", cl.dir, err)
+	}
+}
