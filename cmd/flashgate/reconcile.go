@@ -81,6 +81,10 @@ func printReport(w io.Writer, r *reconcile.Report, drift []string) {
 	fmt.Fprintf(w, "  redis   states %s  (counters pending %d paid %d cancelled %d expired %d, due %d)\n",
 		states(r.States), r.Counters[order.StatePendingPayment], r.Counters[order.StatePaid],
 		r.Counters[order.StateCancelled], r.Counters[order.StateExpired], r.Due)
+	if r.Buckets > 1 {
+		fmt.Fprintf(w, "  redis   %d buckets  stock %d  handed to the buckets %d = their stock %d + moving %d  pool %d\n",
+			r.Buckets, r.Stock, r.Moved, r.LaneStock, r.Moving, r.Stock-r.Moved)
+	}
 	fmt.Fprintf(w, "  mysql   rows %d (%d units), live %d (%d units)  buyers %d  ledger %d units / %d orders\n",
 		r.Rows, r.Units, r.RowsLive, r.UnitsLive, r.Users, r.LedgerUnits, r.LedgerOrders)
 	fmt.Fprintf(w, "  mysql   states %s\n", states(r.RowStates))
