@@ -11,7 +11,10 @@
 // the reservation's idempotency key, so that a Redis that lost its last
 // writes can be given them back; sale_ledger holds each sale's units and
 // orders ever accepted, whatever their state, kept in the same transaction
-// as the rows it counts, so that it always agrees with them.
+// as the rows it counts, so that it always agrees with them. A sale's
+// ledger is a few rows (slots), each transaction adding to one, so that
+// concurrent consumers of one hot sale do not wait for each other's ledger
+// row; Ledger reads the sum.
 package orderdb
 
 import (

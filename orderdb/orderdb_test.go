@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,6 +108,115 @@ func TestWriteOrdersConcurrent(t *testing.T) {
 	rows, units, lu, lo := orderdbtest.Totals(t, db, "s")
 	if rows != 2000 || units != want || lu != want || lo != 2000 {
 		t.Fatalf("rows %d units %d ledger %d/%d; want 2000 rows, %d units", rows, units, lu, lo, want)
+	}
+}
+
+// TestWriteOrdersFourWritersOneSale guards Invariant 3 with the ledger
+// spread over slots: four writers of one sale at once, on batches that
+// overlap (each order is written by two writers), insert every order once,
+// count each once in the writers' totals, and leave a ledger, summed over
+// its slots, equal to the rows.
+func TestWriteOrdersFourWritersOneSale(t *testing.T) {
+	db := orderdbtest.Open(t)
+	all := orderdbtest.Orders("one", 1200)
+	var want int64
+	for _, o := range all {
+		want += int64(o.Quantity)
+	}
+	const writers = 4
+	var inserted, duplicates atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			// Writer w writes quarters w and w+1: every order twice.
+			var mine []order.Order
+			for _, q := range []int{w, (w + 1) % writers} {
+				mine = append(mine, all[q*len(all)/writers:(q+1)*len(all)/writers]...)
+			}
+			r := rand.New(rand.NewPCG(uint64(w), 2))
+			r.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+			for i := 0; i < len(mine); i += 50 {
+				for {
+					n, err := orderdb.WriteOrders(context.Background(), db, mine[i:min(i+50, len(mine))])
+					if err == nil {
+						inserted.Add(int64(n.Inserted))
+						duplicates.Add(int64(n.Duplicates))
+						break
+					}
+					if me, ok := errors.AsType[*mysql.MySQLError](err); !ok || me.Number != 1213 {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if inserted.Load() != int64(len(all)) || duplicates.Load() != int64(len(all)) {
+		t.Errorf("writers counted %d inserted, %d duplicates; want %d of each", inserted.Load(), duplicates.Load(), len(all))
+	}
+	rows, units, lu, lo := orderdbtest.Totals(t, db, "one")
+	if rows != int64(len(all)) || units != want || lu != want || lo != rows {
+		t.Fatalf("rows %d units %d, ledger %d units / %d orders; want %d rows, %d units, and the ledger equal", rows, units, lu, lo, len(all), want)
+	}
+	var slots int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sale_ledger WHERE sale_id = 'one'`).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	// 48 transactions, each on a random slot of 32: all on one slot
+	// would take odds of 32^-47.
+	if slots < 2 || slots > orderdb.LedgerSlots {
+		t.Errorf("the sale's ledger has %d rows, want 2 to %d", slots, orderdb.LedgerSlots)
+	}
+}
+
+// TestWriteOrdersDoNotQueueOnTheLedger: while one writer of a sale holds
+// its transaction open after its ledger statement (as a consumer does for
+// the round trip to COMMIT), a second writer of the same sale commits
+// without waiting for it. With one ledger row per sale the second one
+// waited for the first one's row lock, until innodb_lock_wait_timeout.
+func TestWriteOrdersDoNotQueueOnTheLedger(t *testing.T) {
+	db := orderdbtest.OpenWith(t, map[string]string{"innodb_lock_wait_timeout": "1"})
+	ctx := context.Background()
+	first, second := orderdbtest.Orders("hot", 5), orderdbtest.Orders("hot", 7)
+	held, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := orderdb.WriteOrdersHolding(ctx, db, first, func() {
+			close(held)
+			<-release
+		})
+		done <- err
+	}()
+	stop := sync.OnceFunc(func() { close(release) })
+	defer stop()
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("first writer: %v", err)
+	}
+	w, err := orderdb.WriteOrders(ctx, db, second)
+	if err != nil {
+		t.Fatalf("second writer of the sale, while the first one's transaction is open: %v", err)
+	}
+	if w.Inserted != len(second) {
+		t.Fatalf("second writer: %+v, want %d inserted", w, len(second))
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	var want int64
+	for _, o := range append(first, second...) {
+		want += int64(o.Quantity)
+	}
+	if rows, units, lu, lo := orderdbtest.Totals(t, db, "hot"); rows != 12 || units != want || lu != want || lo != 12 {
+		t.Fatalf("rows %d units %d, ledger %d/%d; want 12 rows, %d units", rows, units, lu, lo, want)
 	}
 }
 

@@ -80,6 +80,18 @@ var migrations = []migration{
 	// instant, and the columns above should not wait for it.
 	{what: "index orders (sale_id, seq)", sql: `ALTER TABLE orders ADD KEY orders_sale_seq (sale_id, seq)`,
 		done: []uint16{erDupKeyName}},
+	// 6: a sale's ledger spread over up to ledgerSlots rows, summed when
+	// read (Ledger): each transaction adds to one slot, so that consumers
+	// writing the same sale at once do not queue on one row lock. The row
+	// a sale has already becomes its slot 0, with its counts, and a writer
+	// that does not know slots (an older binary still running) keeps
+	// adding to slot 0, which the sum still counts. One ALTER adds the
+	// column and the wider key or nothing; an existing column means a
+	// run that crashed after it.
+	{what: "sale_ledger.slot (a sale's ledger over several rows)", sql: `ALTER TABLE sale_ledger
+		ADD COLUMN slot SMALLINT NOT NULL DEFAULT 0 AFTER sale_id,
+		DROP PRIMARY KEY,
+		ADD PRIMARY KEY (sale_id, slot)`, done: []uint16{erDupFieldName}},
 }
 
 // Migrate creates or upgrades the schema: it applies, in order, the

@@ -359,3 +359,67 @@ func TestMigrateResumesAfterACrash(t *testing.T) {
 		t.Fatalf("schema at %d (%v), want %d", v, err, orderdb.SchemaVersion())
 	}
 }
+
+// TestMigrateSpreadsTheLedger guards Invariant 3 across the upgrade to a
+// ledger over slots: a database at version 3, whose sale has its one
+// ledger row, is upgraded in place; the sale's ledger keeps its counts,
+// new writes add to them, and so does a writer that knows no slots (a
+// consumer of the previous version, still running during a rolling
+// upgrade), whose statement lands in slot 0.
+func TestMigrateSpreadsTheLedger(t *testing.T) {
+	db := openAt(t, 3)
+	ctx := context.Background()
+	old := orderdbtest.Orders("m", 30)
+	if _, err := orderdb.WriteOrders(ctx, db, old); err == nil {
+		t.Fatal("WriteOrders on a version 3 schema: want an error (no slot column)")
+	}
+	var units int64
+	for _, o := range old {
+		units += int64(o.Quantity)
+		if _, err := db.Exec(`INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at) VALUES (?,?,?,?,?)`,
+			o.OrderID, o.SaleID, o.UserID, o.Quantity, o.ReservedAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`INSERT INTO sale_ledger (sale_id, units, orders) VALUES ('m', ?, ?)`, units, len(old)); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := orderdb.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if rows, u, lu, lo := orderdbtest.Totals(t, db, "m"); rows != 30 || u != units || lu != units || lo != 30 {
+		t.Fatalf("after the upgrade: %d rows %d units, ledger %d/%d", rows, u, lu, lo)
+	}
+	more := orderdbtest.Orders("m", 10)
+	for i := 0; i < len(more); i += 2 {
+		if _, err := orderdb.WriteOrders(ctx, db, more[i:i+2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The previous version's ledger statement, for one order of its own.
+	extra := orderdbtest.Orders("m", 1)[0]
+	extra.Quantity = 3
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at) VALUES (?,?,?,?,?)`,
+		extra.OrderID, extra.SaleID, extra.UserID, extra.Quantity, extra.ReservedAt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO sale_ledger (sale_id, units, orders) VALUES ('m', 3, 1)
+		ON DUPLICATE KEY UPDATE units = units + VALUES(units), orders = orders + VALUES(orders)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range more {
+		units += int64(o.Quantity)
+	}
+	units += 3
+	if rows, u, lu, lo := orderdbtest.Totals(t, db, "m"); rows != 41 || u != units || lu != units || lo != 41 {
+		t.Fatalf("after new writes: %d rows %d units, ledger %d/%d; want 41 rows, %d units", rows, u, lu, lo, units)
+	}
+}

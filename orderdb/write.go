@@ -6,8 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -72,6 +75,56 @@ type Written struct {
 	Updated int
 }
 
+// ledgerSlots is how many rows (slots) a sale's ledger spreads over. Each
+// transaction adds to one slot, so that N writers of one sale wait for
+// each other's ledger row only when they pick the same slot: never within
+// one process (takeSlot), with a chance of about 1/ledgerSlots between
+// two processes. Readers sum at most this many rows per sale (Ledger). It
+// is the width of slotsHeld, one bit per slot.
+const ledgerSlots = 32
+
+// slotsHeld has bit i set while a WriteOrders of this process uses ledger
+// slot i.
+var slotsHeld atomic.Uint32
+
+// takeSlot picks the ledger slot of one transaction: a random one, or the
+// next one free when another transaction of this process uses it. owned is
+// false when every slot is in use; the transaction then shares the random
+// slot, which is as correct, only slower, and must not release it.
+func takeSlot() (slot int, owned bool) {
+	start := rand.IntN(ledgerSlots)
+	for {
+		held := slotsHeld.Load()
+		// Rotate so that bit 0 is start; the first free bit from there.
+		free := ^bits.RotateLeft32(held, -start)
+		if free == 0 {
+			return start, false
+		}
+		s := (start + bits.TrailingZeros32(free)) % ledgerSlots
+		if slotsHeld.CompareAndSwap(held, held|1<<s) {
+			return s, true
+		}
+	}
+}
+
+func releaseSlot(slot int) { slotsHeld.And(^(uint32(1) << slot)) }
+
+// Ledger returns a sale's units and orders ever accepted: the sum of its
+// ledger's slots, zeros for a sale never written. q is the pool or a
+// transaction (a reader comparing the ledger with the rows reads both in
+// one snapshot). It blocks for one query and returns the driver's error,
+// wrapped.
+func Ledger(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, sale string) (units, orders int64, err error) {
+	err = q.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).
+		Scan(&units, &orders)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ledger %s: %w", sale, err)
+	}
+	return units, orders, nil
+}
+
 // finalStates is order.Final in SQL: the states a row never leaves.
 const finalStates = "('" + order.StatePaid + "','" + order.StateCancelled + "','" + order.StateExpired + "')"
 
@@ -106,11 +159,22 @@ const finalStates = "('" + order.StatePaid + "','" + order.StateCancelled + "','
 // Locks are taken in a fixed order (sale ids, quantities, order ids; then
 // the ledger's sale ids) so that concurrent consumers do not deadlock on
 // each other.
+// The ledger statement adds to one slot of each sale's ledger (the same
+// slot for every sale of the batch), so that writers of one hot sale,
+// which all need its ledger, mostly touch different rows: a row lock taken
+// there is held until COMMIT reaches the server, a round trip later, and on
+// one shared row every other writer of the sale would queue behind it.
 //
 // It blocks for one transaction, is safe for concurrent use, and returns an
 // error wrapping the driver's (nothing is then committed, unless the error
 // came from COMMIT itself); IsDataError tells the ones no retry can fix.
 func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written, error) {
+	return writeOrders(ctx, db, orders, nil)
+}
+
+// writeOrders is WriteOrders; beforeCommit, when set, is called between the
+// last statement and COMMIT (tests hold a transaction open with it).
+func writeOrders(ctx context.Context, db *sql.DB, orders []order.Order, beforeCommit func()) (Written, error) {
 	if len(orders) == 0 {
 		return Written{}, nil
 	}
@@ -119,6 +183,12 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 		return cmp.Or(cmp.Compare(a.SaleID, b.SaleID), cmp.Compare(a.Quantity, b.Quantity), cmp.Compare(a.OrderID, b.OrderID))
 	})
 
+	slot, owned := takeSlot()
+	if owned {
+		// Deferred first, so run last: after the rollback has released
+		// the slot's row lock.
+		defer releaseSlot(slot)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return Written{}, fmt.Errorf("write orders: begin: %w", err)
@@ -227,20 +297,23 @@ func WriteOrders(ctx context.Context, db *sql.DB, orders []order.Order) (Written
 		slices.Sort(sales)
 		q.Reset()
 		args = args[:0]
-		q.WriteString("INSERT INTO sale_ledger (sale_id, units, orders) VALUES ")
+		q.WriteString("INSERT INTO sale_ledger (sale_id, slot, units, orders) VALUES ")
 		for i, s := range sales {
 			if i > 0 {
 				q.WriteByte(',')
 			}
-			q.WriteString("(?,?,?)")
-			args = append(args, s, ledger[s].units, ledger[s].orders)
+			q.WriteString("(?,?,?,?)")
+			args = append(args, s, slot, ledger[s].units, ledger[s].orders)
 		}
 		q.WriteString(" ON DUPLICATE KEY UPDATE units = units + VALUES(units), orders = orders + VALUES(orders)")
-		// Last statement before COMMIT: the ledger row of a hot sale is
-		// the one lock every consumer wants; hold it as briefly as possible.
+		// Last statement before COMMIT: the ledger is the one table every
+		// writer of a sale needs; hold its row as briefly as possible.
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 			return Written{}, fmt.Errorf("write orders: ledger: %w", err)
 		}
+	}
+	if beforeCommit != nil {
+		beforeCommit()
 	}
 	if err := tx.Commit(); err != nil {
 		return Written{}, fmt.Errorf("write orders: commit: %w", err)

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -297,9 +298,9 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 	}
 	rows.Close()
 	r.Users = int64(len(users))
-	err = tx.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&r.LedgerUnits, &r.LedgerOrders)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("reconcile %s: ledger: %w", sale, err)
+	// The ledger's slots summed, in the same snapshot as the rows.
+	if r.LedgerUnits, r.LedgerOrders, err = orderdb.Ledger(ctx, tx, sale); err != nil {
+		return nil, fmt.Errorf("reconcile %s: %w", sale, err)
 	}
 	for id, a := range orders {
 		if !a.found && inOutbox[id] == nil {

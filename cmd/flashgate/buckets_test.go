@@ -315,7 +315,7 @@ func (s *stack) checkBucketRows(sale string, lanes []string, accepted map[string
 		}
 	}
 	var lu, lo int64
-	if err := s.db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo); err != nil {
 		s.t.Fatal(err)
 	}
 	if lu != units || lo != int64(len(seen)) {

@@ -499,7 +499,7 @@ func (s *stack) checkMySQLStates(sale string, l ledger, timeout time.Duration) {
 		s.t.Fatalf("MySQL's live units %d, Redis sold %d", liveRows, sold)
 	}
 	var lu, lo int64
-	err = s.db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo)
+	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		s.t.Fatal(err)
 	}

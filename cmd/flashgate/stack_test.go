@@ -162,7 +162,7 @@ func (s *stack) mysqlOrders(sale string) (map[string]int, int64, int64) {
 		s.t.Fatal(err)
 	}
 	var lu, lo int64
-	err = s.db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo)
+	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		s.t.Fatal(err)
 	}

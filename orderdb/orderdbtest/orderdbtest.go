@@ -7,10 +7,11 @@ package orderdbtest
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/internal/localstack"
@@ -24,8 +25,25 @@ import (
 // should hold the local stack's lock (localstack.Run).
 func Open(tb testing.TB) *sql.DB {
 	tb.Helper()
+	return OpenWith(tb, nil)
+}
+
+// OpenWith is Open with session variables set on every connection of the
+// pool (as DSN parameters), e.g. innodb_lock_wait_timeout.
+func OpenWith(tb testing.TB, vars map[string]string) *sql.DB {
+	tb.Helper()
+	dc, err := mysql.ParseDSN(localstack.Database(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if dc.Params == nil {
+		dc.Params = map[string]string{}
+	}
+	for k, v := range vars {
+		dc.Params[k] = v
+	}
 	cfg := config.Default()
-	cfg.MySQL.DSN = localstack.Database(tb)
+	cfg.MySQL.DSN = dc.FormatDSN()
 	db, err := orderdb.Open(cfg.MySQL, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -88,16 +106,17 @@ func Row(tb testing.TB, db *sql.DB, orderID string) order.Order {
 	return o
 }
 
-// Totals reads the sale's rows and units in orders, and its ledger (zeros
-// when it has no ledger row). It fails the test on a query error.
+// Totals reads the sale's rows and units in orders, and its ledger
+// (orderdb.Ledger: zeros when it has none). It fails the test on a query
+// error.
 func Totals(tb testing.TB, db *sql.DB, sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
 	tb.Helper()
 	ctx := context.Background()
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units); err != nil {
 		tb.Fatal(err)
 	}
-	err := db.QueryRowContext(ctx, `SELECT units, orders FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&ledgerUnits, &ledgerOrders)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	ledgerUnits, ledgerOrders, err := orderdb.Ledger(ctx, db, sale)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return rows, units, ledgerUnits, ledgerOrders
