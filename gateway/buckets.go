@@ -104,26 +104,36 @@ func (s *Store) lane(sale, user string) string {
 }
 
 // bucketsOf returns the buckets of sale, read from its home once and then
-// kept (they never change); nil for a sale of one bucket.
+// kept (a sale's buckets never change); nil for a sale of one bucket. The
+// buy path uses it; a sale whose Redis was emptied and that was made again
+// is met by the first buy that finds its bucket gone (reserveBucket).
 func (s *Store) bucketsOf(ctx context.Context, sale string) (*bucketSet, error) {
 	if v, ok := s.buckets.Load(sale); ok {
 		return v.(*bucketSet), nil
 	}
+	return s.bucketsNow(ctx, sale)
+}
+
+// bucketsNow reads the buckets of sale from its home, and keeps what it
+// read (or forgets them, for a sale of one bucket): the admin calls use it,
+// so that they always act on the sale Redis holds.
+func (s *Store) bucketsNow(ctx context.Context, sale string) (*bucketSet, error) {
 	names, err := s.rdb.HGet(ctx, s.keys.Meta(sale), "names").Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("buckets of %s: %w: %w", sale, ErrUnavailable, err)
 	}
 	list := strings.Split(names, ",")
-	if len(list) < 2 {
+	if names == "" || len(list) < 2 {
+		s.buckets.Delete(sale)
 		return nil, nil
+	}
+	if v, ok := s.buckets.Load(sale); ok && slices.Equal(v.(*bucketSet).names, list) {
+		return v.(*bucketSet), nil
 	}
 	bs := &bucketSet{sale: sale, names: list, refill: make([]sync.Mutex, len(list)),
 		refills: make([]atomic.Uint64, len(list)), got: make([]int64, len(list))}
-	v, _ := s.buckets.LoadOrStore(sale, bs)
-	return v.(*bucketSet), nil
+	s.buckets.Store(sale, bs)
+	return bs, nil
 }
 
 // Reserve applies rs on lane (a sale, or one of its buckets) and writes one
@@ -190,6 +200,12 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 	seen := bs.refills[b].Load()
 	if err := s.reserveOn(ctx, lane, bs.sale, own, out); err != nil {
 		return err
+	}
+	if errors.Is(out[0].Err, ErrNotFound) {
+		// The bucket is gone (its Redis was emptied): forget the sale's
+		// buckets, so that the next buyer asks its home again.
+		s.buckets.CompareAndDelete(bs.sale, bs)
+		return nil
 	}
 	short := make([]int, 0, len(own))
 	pause := time.Millisecond

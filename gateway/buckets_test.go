@@ -1148,3 +1148,40 @@ func TestBucketClusterPlacement(t *testing.T) {
 		}
 	}
 }
+
+// A gateway keeps a sale's buckets once it has met them. Should they vanish
+// (the sale's Redis emptied, the sale made again with one bucket), the first
+// buy that finds its bucket gone makes the gateway forget them: buys go
+// home again and sell there.
+func TestBucketForgottenWhenGone(t *testing.T) {
+	g := startGateway(t)
+	const sale = "bgone"
+	g.mustSale(sale, `{"stock":10,"per_user_limit":1,"buckets":3}`)
+	if r := g.buy(sale, "a", 1, ""); r.code != 202 {
+		t.Fatalf("buy on the bucketed sale: %d %s", r.code, r.raw)
+	}
+	ctx := context.Background()
+	for _, id := range append(laneNames(t, g, sale), sale) {
+		for _, k := range []string{g.keys.Meta(id), g.keys.Users(id), g.keys.Outbox(id), g.keys.Orders(id), g.keys.Due(id), g.keys.Moves(id)} {
+			if err := g.rdb.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	g.mustSale(sale, `{"stock":10,"per_user_limit":1}`)
+	// The first buy may meet the vanished bucket (404 is its answer then:
+	// the bucket holds no sale); after it the sale sells from its home.
+	r := g.buy(sale, "b", 1, "")
+	if r.code != 202 {
+		if r.code != 404 {
+			t.Fatalf("first buy after the buckets vanished: %d %s, want 202 or 404", r.code, r.raw)
+		}
+		r = g.buy(sale, "b", 1, "")
+	}
+	if r.code != 202 {
+		t.Fatalf("buy after the buckets vanished: %d %s, want 202 from the one-bucket sale", r.code, r.raw)
+	}
+	if v := g.view(sale); v.num("sold") != 1 || v.num("buckets") != 1 {
+		t.Errorf("view %s: want sold 1 of one bucket", v.raw)
+	}
+}

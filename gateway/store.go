@@ -201,7 +201,7 @@ func (s *Store) sumBuckets(ctx context.Context, v *SaleView) (*SaleView, error) 
 	if v.Buckets <= 1 {
 		return v, nil
 	}
-	bs, err := s.bucketsOf(ctx, v.ID)
+	bs, err := s.bucketsNow(ctx, v.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Store) sumBuckets(ctx context.Context, v *SaleView) (*SaleView, error) 
 // ErrStockRequired, or an error wrapping ErrUnavailable. A refused create
 // leaves the sale registry (Keys.Sales) as it was.
 func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *SaleView, created bool, err error) {
-	bs, err := s.bucketsOf(ctx, sale)
+	bs, err := s.bucketsNow(ctx, sale)
 	if err != nil {
 		return nil, false, err
 	}
@@ -394,7 +394,7 @@ func (s *Store) SetLocked(ctx context.Context, sale string, locked bool) (*SaleV
 		return v, err
 	}
 	// Every bucket of the sale, before the call returns.
-	bs, err := s.bucketsOf(ctx, sale)
+	bs, err := s.bucketsNow(ctx, sale)
 	if err != nil {
 		return nil, err
 	}
