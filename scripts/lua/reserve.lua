@@ -91,14 +91,30 @@ local function recorded(v)
   return tonumber(q), u, 0
 end
 
+-- The records of the batch's order ids, read in one call: a retried call
+-- (the reply of the first was lost) finds the records of what the first
+-- accepted. The new records and due entries are written in one call each
+-- at the end, so that a reservation costs the calls on its buyer and its
+-- outbox entry only.
+local prevs = {}
+if exists then
+  local ids = {}
+  for i = 3, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+  prevs = redis.call('HMGET', KEYS[4], unpack(ids))
+end
+local recs, dues, seen = {}, {}, {}
+
 for i = 3, #ARGV, 4 do
   local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local code, rid, pb = nil, oid, 0 -- code nil: not decided yet
 
-  -- A retried call (the reply of the first was lost): answer as the first
-  -- did, with the order's pay_by, whatever state the order has reached since.
-  local prev = exists and redis.call('HGET', KEYS[4], oid)
-  if prev then
+  -- A retried call: answer as the first did, with the order's pay_by,
+  -- whatever state the order has reached since. An id twice in one batch
+  -- (never sent) is refused, as an id another order holds is.
+  local prev = prevs[(i - 3) / 4 + 1] or false
+  if seen[oid] then
+    code = ORDER_ID_COLLISION
+  elseif prev then
     local q, u, p = recorded(prev)
     if q == qty and u == user then code, pb = OK, p else code = ORDER_ID_COLLISION end
   elseif ik > 0 then
@@ -138,9 +154,11 @@ for i = 3, #ARGV, 4 do
           redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
             'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby, 'seq', seq)
         end
-        redis.call('HSET', KEYS[4], oid, 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user)
+        recs[#recs + 1] = oid
+        recs[#recs + 1] = 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user
         if payby > 0 then
-          redis.call('ZADD', KEYS[5], payby, oid)
+          dues[#dues + 1] = payby
+          dues[#dues + 1] = oid
           pending = pending + 1
         end
         code, pb = OK, payby
@@ -160,11 +178,18 @@ for i = 3, #ARGV, 4 do
       redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid .. '\t' .. pb, 'EX', ttl)
     end
   end
+  seen[oid] = true
   out[#out + 1] = code
   out[#out + 1] = rid
   out[#out + 1] = pb
 end
 
+if #recs > 0 then
+  redis.call('HSET', KEYS[4], unpack(recs))
+end
+if #dues > 0 then
+  redis.call('ZADD', KEYS[5], unpack(dues))
+end
 if sold ~= sold0 then
   redis.call('HSET', KEYS[1], 'sold', sold, 'seq', seq)
 end
