@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // maxSaleSeries bounds the per-sale series of one scrape; beyond it the
@@ -68,11 +69,28 @@ func writeOutboxes(w io.Writer, smp *sample) {
 		pending int64
 		oldest  time.Duration
 	)
+	// The outboxes of a sale's buckets (gateway/buckets.go) are the sale's:
+	// their entries and age go to its series, the home's, which has none
+	// of its own.
+	lanes := map[string]saleSample{}
+	for _, s := range smp.sales {
+		if sale, _, ok := scripts.SplitBucket(s.Sale); ok {
+			l := lanes[sale]
+			l.Pending += s.Pending
+			l.OldestAge = max(l.OldestAge, s.OldestAge)
+			lanes[sale] = l
+		}
+	}
 	for _, s := range smp.sales {
 		pending += s.Pending
 		oldest = max(oldest, s.OldestAge)
-		// An id outside the id rule (never made by the admin API) could
-		// break the exposition format.
+		if l, ok := lanes[s.Sale]; ok {
+			s.Pending += l.Pending
+			s.OldestAge = max(s.OldestAge, l.OldestAge)
+		}
+		// An id outside the id rule (never made by the admin API; a
+		// bucket's, counted in its sale's above) could break the
+		// exposition format.
 		if (s.live || s.Pending > 0) && order.ValidID(s.Sale) {
 			rows = append(rows, s)
 		}

@@ -62,6 +62,18 @@ func TestWriteOutboxes(t *testing.T) {
 				`flashgate_outbox_oldest_age_seconds{sale="on"} 0.000` + "\n"},
 		// Its series would break the page; its entries still count.
 		{"an id outside the id rule has no series, but is in the totals", &sample{at: now, sales: []saleSample{bad}}, totals(1, "9.000", 0)},
+		// A sale of buckets: its home's series carries its buckets'
+		// entries and their oldest age; the buckets have none of their own.
+		{"the buckets' outboxes in their sale's series", &sample{at: now, sales: []saleSample{
+			{SaleStats: SaleStats{Sale: "hot"}, live: true},
+			{SaleStats: SaleStats{Sale: "hot#0.0", Pending: 2, OldestAge: 300 * time.Millisecond}, live: true},
+			{SaleStats: SaleStats{Sale: "hot#1.4", Pending: 5, OldestAge: 700 * time.Millisecond}, live: true},
+		}},
+			totals(7, "0.700", 0) +
+				"# TYPE flashgate_outbox_pending gauge\n" +
+				`flashgate_outbox_pending{sale="hot"} 7` + "\n" +
+				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
+				`flashgate_outbox_oldest_age_seconds{sale="hot"} 0.700` + "\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
