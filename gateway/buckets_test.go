@@ -1185,3 +1185,42 @@ func TestBucketForgottenWhenGone(t *testing.T) {
 		t.Errorf("view %s: want sold 1 of one bucket", v.raw)
 	}
 }
+
+// The per-sale series of /metrics name the sale, never a bucket: a sale of
+// buckets shows its buckets' figures summed under its own id.
+func TestBucketMetrics(t *testing.T) {
+	g := startGateway(t)
+	const sale = "bmet"
+	g.mustSale(sale, `{"stock":100,"per_user_limit":1,"payment_window":600,"buckets":3}`)
+	var ids []string
+	for i := range 9 {
+		r := g.buy(sale, "m"+itoa(i), 1, "")
+		if r.code != 202 {
+			t.Fatalf("buy %d: %d %s", i, r.code, r.raw)
+		}
+		ids = append(ids, r.str("order_id"))
+	}
+	if r := g.pay(sale, ids[0]); r.code != 200 {
+		t.Fatalf("pay: %d %s", r.code, r.raw)
+	}
+	if r := g.cancel(sale, ids[1]); r.code != 200 {
+		t.Fatalf("cancel: %d %s", r.code, r.raw)
+	}
+	m := g.scrape()
+	for series, want := range map[string]float64{
+		`flashgate_sale_sold{sale="bmet"}`:                                   8,
+		`flashgate_sale_remaining{sale="bmet"}`:                              92,
+		`flashgate_sale_payment_orders{sale="bmet",state="pending_payment"}`: 7,
+		`flashgate_sale_payment_orders{sale="bmet",state="paid"}`:            1,
+		`flashgate_sale_payment_orders{sale="bmet",state="cancelled"}`:       1,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	for series := range m {
+		if strings.Contains(series, "#") {
+			t.Errorf("series %s names a bucket", series)
+		}
+	}
+}

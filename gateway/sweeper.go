@@ -270,15 +270,39 @@ func (s *Server) writePaymentMetrics(w io.Writer) {
 		}
 	}
 	now := clock.Val().UnixMilli()
-	rows := make([]paymentRow, 0, len(sales))
-	for i, sale := range sales {
+	read := func(i int) (paymentRow, bool) {
 		v := metas[i].Val()
-		if len(v) != 5 || v[0] == nil || !order.ValidID(sale) {
-			continue // an id without a sale (see Store.Upsert)
+		if len(v) != 5 || v[0] == nil {
+			return paymentRow{}, false // an id without a sale (see Store.Upsert)
 		}
-		r := paymentRow{id: sale, pending: num(v[1]), paid: num(v[2]), cancelled: num(v[3]), expired: num(v[4])}
+		r := paymentRow{id: sales[i], pending: num(v[1]), paid: num(v[2]), cancelled: num(v[3]), expired: num(v[4])}
 		if z := firsts[i].Val(); len(z) == 1 {
 			r.overdue = max(0, now-int64(z[0].Score))
+		}
+		return r, true
+	}
+	// A bucket's orders are its sale's (buckets.go): they go to the
+	// sale's row, its home's, which holds none of its own.
+	lanes := map[string]paymentRow{}
+	for i, id := range sales {
+		if sale, _, ok := laneSale(id); ok {
+			if r, ok := read(i); ok {
+				l := lanes[sale]
+				l.pending, l.paid, l.cancelled, l.expired = l.pending+r.pending, l.paid+r.paid, l.cancelled+r.cancelled, l.expired+r.expired
+				l.overdue = max(l.overdue, r.overdue)
+				lanes[sale] = l
+			}
+		}
+	}
+	rows := make([]paymentRow, 0, len(sales))
+	for i, sale := range sales {
+		r, ok := read(i)
+		if !ok || !order.ValidID(sale) {
+			continue
+		}
+		if l, ok := lanes[sale]; ok {
+			r.pending, r.paid, r.cancelled, r.expired = r.pending+l.pending, r.paid+l.paid, r.cancelled+l.cancelled, r.expired+l.expired
+			r.overdue = max(r.overdue, l.overdue)
 		}
 		rows = append(rows, r)
 	}
