@@ -122,8 +122,8 @@ func (s *Store) bucketsNow(ctx context.Context, sale string) (*bucketSet, error)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("buckets of %s: %w: %w", sale, ErrUnavailable, err)
 	}
-	list := strings.Split(names, ",")
-	if names == "" || len(list) < 2 {
+	list := scripts.BucketNames(names)
+	if list == nil {
 		s.buckets.Delete(sale)
 		return nil, nil
 	}
@@ -439,11 +439,8 @@ func (s *Store) settleMoves(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now().Unix()
-	old := func(ts string) bool {
-		t, err := strconv.ParseInt(ts, 10, 64)
-		return err == nil && now-t >= int64(s.settleAge/time.Second)
-	}
+	// A record of an unreadable form is left for reconcile to report.
+	due := time.Now().Unix() - int64(s.settleAge/time.Second)
 	for _, sale := range sales {
 		bs, err := s.bucketsOf(ctx, sale)
 		if err != nil {
@@ -457,17 +454,11 @@ func (s *Store) settleMoves(ctx context.Context) error {
 			return err
 		}
 		for id, rec := range takes {
-			// take:BUCKET:N:UNIXSECONDS
-			f := strings.Split(rec, ":")
-			if len(f) != 4 || f[0] != "take" || !old(f[3]) {
+			m, err := scripts.ParseMove(rec)
+			if err != nil || !m.Take || m.At > due || m.Bucket >= len(bs.names) {
 				continue
 			}
-			b, err1 := strconv.Atoi(f[1])
-			n, err2 := strconv.ParseInt(f[2], 10, 64)
-			if err1 != nil || err2 != nil || b < 0 || b >= len(bs.names) {
-				continue
-			}
-			if err := s.credit(ctx, bs.names[b], sale, id, n); err != nil {
+			if err := s.credit(ctx, bs.names[m.Bucket], sale, id, m.Units); err != nil {
 				return err
 			}
 		}
@@ -477,16 +468,11 @@ func (s *Store) settleMoves(ctx context.Context) error {
 				return err
 			}
 			for id, rec := range gives {
-				// give:N:UNIXSECONDS
-				f := strings.Split(rec, ":")
-				if len(f) != 3 || f[0] != "give" || !old(f[2]) {
+				m, err := scripts.ParseMove(rec)
+				if err != nil || m.Take || m.At > due {
 					continue
 				}
-				n, err := strconv.ParseInt(f[1], 10, 64)
-				if err != nil {
-					continue
-				}
-				if err := s.accept(ctx, lane, sale, id, n); err != nil {
+				if err := s.accept(ctx, lane, sale, id, m.Units); err != nil {
 					return err
 				}
 			}

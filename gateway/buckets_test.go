@@ -652,31 +652,13 @@ func TestBucketScriptFlushDuringBurst(t *testing.T) {
 	const sale, stock = "bflush", 300
 	g.mustSale(sale, `{"stock":300,"per_user_limit":1,"buckets":3}`)
 	before := g.loader.Stats().NoScript
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
-				return node.ScriptFlush(ctx).Err()
-			})
-			cancel()
-			if err != nil {
-				t.Errorf("SCRIPT FLUSH: %v", err)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stopFlushing := flushScriptsMeanwhile(t, g)
 	o := newOutcomes()
 	burst(4*stock, 64, func(i int) {
 		user := "s" + itoa(i)
 		o.add(t, g.buy(sale, user, 1, ""), user)
 	})
-	stop.Store(true)
-	wg.Wait()
+	stopFlushing()
 	var unavailable int
 	for _, a := range o.fivexx {
 		if !strings.HasPrefix(a, "503 ") {

@@ -124,26 +124,7 @@ func TestScriptFlushEveryPrimary(t *testing.T) {
 		g.mustSale(sale, fmt.Sprintf(`{"stock":%d,"per_user_limit":1}`, stock))
 	}
 	before := g.loader.Stats().NoScript
-	var stop atomic.Bool
-	var flushes atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
-				return node.ScriptFlush(ctx).Err()
-			})
-			cancel()
-			if err != nil {
-				t.Errorf("SCRIPT FLUSH: %v", err)
-				return
-			}
-			flushes.Add(1)
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stopFlushing := flushScriptsMeanwhile(t, g)
 	results := make([]*outcomes, len(sales))
 	for i := range results {
 		results[i] = newOutcomes()
@@ -154,8 +135,7 @@ func TestScriptFlushEveryPrimary(t *testing.T) {
 		user := fmt.Sprintf("u%d", i/len(sales))
 		results[s].add(t, g.buy(sales[s], user, 1, ""), user)
 	})
-	stop.Store(true)
-	wg.Wait()
+	flushes := stopFlushing()
 	for i, sale := range sales {
 		o := results[i]
 		if len(o.fivexx) > 0 {
@@ -174,9 +154,9 @@ func TestScriptFlushEveryPrimary(t *testing.T) {
 		}
 	}
 	if g.loader.Stats().NoScript == before {
-		t.Errorf("no NOSCRIPT was met in %d flushes: the test did not exercise the reload path", flushes.Load())
+		t.Errorf("no NOSCRIPT was met in %d flushes: the test did not exercise the reload path", flushes)
 	}
-	t.Logf("%d flushes of every primary, %d NOSCRIPT answers", flushes.Load(), g.loader.Stats().NoScript-before)
+	t.Logf("%d flushes of every primary, %d NOSCRIPT answers", flushes, g.loader.Stats().NoScript-before)
 }
 
 // The sweeper reads the earliest pay_by of every paying sale in pipelines
@@ -270,4 +250,35 @@ func TestScriptsOnEveryPrimary(t *testing.T) {
 		t.Fatalf("reload: %d %s", r.code, r.raw)
 	}
 	check("after a reload")
+}
+
+// flushScriptsMeanwhile flushes the script cache of every primary (the one
+// Redis) again and again, 2 ms apart, until the function it returns is
+// called; that one returns how many rounds of flushes ran.
+func flushScriptsMeanwhile(t *testing.T, g *testGateway) (stop func() int64) {
+	var done atomic.Bool
+	var rounds atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !done.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+				return node.ScriptFlush(ctx).Err()
+			})
+			cancel()
+			if err != nil {
+				t.Errorf("SCRIPT FLUSH: %v", err)
+				return
+			}
+			rounds.Add(1)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() int64 {
+		done.Store(true)
+		wg.Wait()
+		return rounds.Load()
+	}
 }

@@ -471,26 +471,18 @@ func (r *Report) readMoves(ctx context.Context, rdb redis.UniversalClient, keys 
 		return fmt.Errorf("moves of %s: %w", r.Sale, err)
 	}
 	for id, rec := range takes {
-		// take:BUCKET:N:UNIXSECONDS
-		f := strings.Split(rec, ":")
-		var b int
-		var n int64
-		var err1, err2 error
-		if len(f) == 4 {
-			b, err1 = strconv.Atoi(f[1])
-			n, err2 = strconv.ParseInt(f[2], 10, 64)
-		}
-		if len(f) != 4 || f[0] != "take" || err1 != nil || err2 != nil || b < 0 || b >= len(r.Lanes) || n < 0 {
+		m, err := scripts.ParseMove(rec)
+		if err != nil || !m.Take || m.Bucket >= len(r.Lanes) {
 			r.MovesBad++
 			r.example("move", id, rec)
 			continue
 		}
-		credited, err := done(r.Lanes[b], id)
+		credited, err := done(r.Lanes[m.Bucket], id)
 		if err != nil {
 			return fmt.Errorf("move %s: %w", id, err)
 		}
 		if !credited {
-			r.Moving += n
+			r.Moving += m.Units
 		}
 	}
 	for _, lane := range r.Lanes {
@@ -499,14 +491,8 @@ func (r *Report) readMoves(ctx context.Context, rdb redis.UniversalClient, keys 
 			return fmt.Errorf("moves of %s: %w", lane, err)
 		}
 		for id, rec := range gives {
-			// give:N:UNIXSECONDS
-			f := strings.Split(rec, ":")
-			var n int64
-			var err1 error
-			if len(f) == 3 {
-				n, err1 = strconv.ParseInt(f[1], 10, 64)
-			}
-			if len(f) != 3 || f[0] != "give" || err1 != nil || n < 0 {
+			m, err := scripts.ParseMove(rec)
+			if err != nil || m.Take {
 				r.MovesBad++
 				r.example("move", id, rec)
 				continue
@@ -516,7 +502,7 @@ func (r *Report) readMoves(ctx context.Context, rdb redis.UniversalClient, keys 
 				return fmt.Errorf("move %s: %w", id, err)
 			}
 			if !accepted {
-				r.Moving += n
+				r.Moving += m.Units
 			}
 		}
 	}

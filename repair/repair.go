@@ -353,8 +353,8 @@ func (r *Repairer) home(ctx context.Context, sale string) error {
 		return fmt.Errorf("repair: sale %s: %w", sale, err)
 	}
 	list, _ := meta[0].(string)
-	names := strings.Split(list, ",")
-	if list == "" || len(names) < 2 {
+	names := scripts.BucketNames(list)
+	if names == nil {
 		return fmt.Errorf("repair: sale %s: buckets without names", sale)
 	}
 	var moved int64
@@ -364,18 +364,16 @@ func (r *Repairer) home(ctx context.Context, sale string) error {
 		return fmt.Errorf("repair: sale %s: %w", sale, err)
 	}
 	for id, rec := range takes {
-		f := strings.Split(rec, ":") // take:BUCKET:N:SECONDS
-		b, err1 := strconv.Atoi(f[min(1, len(f)-1)])
-		n, err2 := strconv.ParseInt(f[min(2, len(f)-1)], 10, 64)
-		if len(f) != 4 || err1 != nil || err2 != nil || b < 0 || b >= len(names) {
+		m, err := scripts.ParseMove(rec)
+		if err != nil || !m.Take || m.Bucket >= len(names) {
 			return fmt.Errorf("repair: sale %s: move record %s = %q", sale, id, rec)
 		}
-		done, err := r.d.Redis.Exists(cctx, k.Op(names[b], id)).Result()
+		done, err := r.d.Redis.Exists(cctx, k.Op(names[m.Bucket], id)).Result()
 		if err != nil {
 			return fmt.Errorf("repair: sale %s: %w", sale, err)
 		}
 		if done == 0 {
-			moved += n
+			moved += m.Units
 		}
 	}
 	// 2. The buckets' stock.
@@ -393,9 +391,8 @@ func (r *Repairer) home(ctx context.Context, sale string) error {
 			return fmt.Errorf("repair: sale %s: %w", sale, err)
 		}
 		for id, rec := range gives {
-			f := strings.Split(rec, ":") // give:N:SECONDS
-			n, err := strconv.ParseInt(f[min(1, len(f)-1)], 10, 64)
-			if len(f) != 3 || err != nil {
+			m, err := scripts.ParseMove(rec)
+			if err != nil || m.Take {
 				return fmt.Errorf("repair: sale %s: move record %s = %q", sale, id, rec)
 			}
 			done, err := r.d.Redis.Exists(cctx, k.Op(sale, id)).Result()
@@ -403,7 +400,7 @@ func (r *Repairer) home(ctx context.Context, sale string) error {
 				return fmt.Errorf("repair: sale %s: %w", sale, err)
 			}
 			if done == 0 {
-				moved += n
+				moved += m.Units
 			}
 		}
 	}
