@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,57 @@ func TestReservationIDReplay(t *testing.T) {
 		t.Errorf("colliding order id accepted: %+v", out[0])
 	}
 	g.checkLedger("rid")
+}
+
+// A batch sent again (its reply lost) answers as the first time, whatever
+// its first reservation's outcome: the script reads the records of every
+// id of the batch, not only of the first, before it decides anything. An
+// id twice in one batch is refused the second time, never accepted twice.
+func TestReservationBatchReplay(t *testing.T) {
+	g := startGateway(t)
+	g.mustSale("rbr", `{"stock":5,"per_user_limit":2,"payment_window":600}`)
+	rs := []Reservation{
+		{OrderID: "batch-1", UserID: "ann", Quantity: 3}, // over the limit: refused
+		{OrderID: "batch-2", UserID: "bob", Quantity: 2},
+		{OrderID: "batch-3", UserID: "cid", Quantity: 1},
+		{OrderID: "batch-4", UserID: "dee", Quantity: 2},
+	}
+	var first []Result
+	for run := range 3 {
+		out := make([]Result, len(rs))
+		if err := g.srv.store.Reserve(context.Background(), "rbr", rs, out); err != nil {
+			t.Fatal(err)
+		}
+		if run == 0 {
+			first = out
+			if !errors.Is(out[0].Err, ErrLimitReached) || out[1].Err != nil || out[2].Err != nil || out[3].Err != nil {
+				t.Fatalf("first run: %+v", out)
+			}
+			continue
+		}
+		for i := 1; i < len(rs); i++ {
+			if out[i] != first[i] {
+				t.Errorf("run %d, reservation %d: %+v, first %+v", run, i, out[i], first[i])
+			}
+		}
+	}
+	if v := g.view("rbr"); v.num("sold") != 5 || v.num("outbox_pending") != 3 || v.num("pending_payment") != 3 {
+		t.Errorf("after three runs of one batch: %s", v.raw)
+	}
+	g.mustSale("rbd", `{"stock":5,"per_user_limit":5}`)
+	dup := []Reservation{{OrderID: "twice", UserID: "eve", Quantity: 1}, {OrderID: "twice", UserID: "eve", Quantity: 1}}
+	out := make([]Result, 2)
+	if err := g.srv.store.Reserve(context.Background(), "rbd", dup, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Err != nil || out[1].Err == nil {
+		t.Errorf("an id twice in one batch: %+v, want the first accepted and the second refused", out)
+	}
+	if v := g.view("rbd"); v.num("sold") != 1 {
+		t.Errorf("an id twice in one batch: %s, want sold 1", v.raw)
+	}
+	g.checkLedger("rbr")
+	g.checkLedger("rbd")
 }
 
 // Invariant 5: once a lock call returns, no buy is accepted until unlock.
