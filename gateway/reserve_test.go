@@ -434,6 +434,43 @@ func TestOrderStatus(t *testing.T) {
 	if s := g.do("GET", g.base+"/v1/sales/st/orders/nope", "", nil); s.code != 404 {
 		t.Errorf("unknown order: %d %s", s.code, s.raw)
 	}
+	// One mark call for a batch: ids already created, unknown, or named
+	// twice change nothing more; each queued one becomes created once.
+	var ids []any
+	for _, u := range []string{"jan", "kim", "lea"} {
+		r := g.buy("st", u, 1, "")
+		if r.code != 202 {
+			t.Fatalf("buy: %d %s", r.code, r.raw)
+		}
+		ids = append(ids, r.str("order_id"))
+	}
+	before, err := g.rdb.HGetAll(context.Background(), g.keys.Orders("st")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := g.loader.Run(context.Background(), "mark", []string{g.keys.Orders("st")}, id, ids[0], "nope", ids[1], ids[0], ids[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(3) {
+		t.Errorf("mark changed %v orders, want 3", n)
+	}
+	after, err := g.rdb.HGetAll(context.Background(), g.keys.Orders("st")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Errorf("mark added records: %d before, %d after", len(before), len(after))
+	}
+	for _, o := range append(ids, id) {
+		k := o.(string)
+		if v := after[k]; v != "c"+before[k][1:] {
+			t.Errorf("%s: %q after mark, was %q", k, v, before[k])
+		}
+		if s := g.do("GET", g.base+"/v1/sales/st/orders/"+k, "", nil); s.status() != "created" {
+			t.Errorf("%s after the batch mark: %d %s", k, s.code, s.raw)
+		}
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
