@@ -1,0 +1,69 @@
+package order
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// A message carries one order or a batch of them. One order is its JSON
+// object (Marshal); a batch is a JSON array of such objects, in the order
+// the relay read them:
+//
+//	[{"order_id":"a",…},{"order_id":"b",…}]
+//
+// The AMQP type says which (TypeOrder, TypeBatch), and so does the body's
+// first byte; a consumer goes by the body (Split), so that a message of
+// either kind decodes whatever its headers say. A consumer older than
+// batches reads a batch as malformed and dead-letters it whole: upgrade
+// every consumer before a relay sends batches (relay.message_orders).
+const (
+	TypeOrder = "order"
+	TypeBatch = "orders"
+)
+
+// AppendBatch appends to dst the body of a message carrying the encoded
+// orders bodies (each from Marshal): one order's body as it is, several as
+// a JSON array.
+func AppendBatch(dst []byte, bodies ...[]byte) []byte {
+	if len(bodies) == 1 {
+		return append(dst, bodies[0]...)
+	}
+	dst = append(dst, '[')
+	for i, b := range bodies {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, b...)
+	}
+	return append(dst, ']')
+}
+
+// Split returns the encoded orders a message body carries, each to be
+// decoded by Unmarshal: the body itself when it is one JSON object, the
+// elements when it is a JSON array of at least one. The parts share the
+// body's memory. A body that is neither (not JSON, an empty array, an
+// element that is not an object) is refused whole with an error wrapping
+// ErrMalformed; an element that is an object but not an order is for
+// Unmarshal to refuse, alone.
+func Split(body []byte) ([][]byte, error) {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	if len(b) == 0 || b[0] != '[' {
+		return [][]byte{body}, nil
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return nil, fmt.Errorf("%w: batch: %v", ErrMalformed, err)
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrMalformed)
+	}
+	out := make([][]byte, len(parts))
+	for i, p := range parts {
+		if len(p) == 0 || p[0] != '{' {
+			return nil, fmt.Errorf("%w: batch element %d is not an object", ErrMalformed, i)
+		}
+		out[i] = p
+	}
+	return out, nil
+}
