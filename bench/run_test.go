@@ -20,6 +20,7 @@ import (
 
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -382,20 +383,26 @@ func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool)
 			}
 			for _, e := range entries {
 				last = "(" + e.ID
-				n++
-				if drift && n == 7 {
-					continue
+				os, err := order.FromStreamEntry(e.Values)
+				if err != nil {
+					t.Errorf("outbox entry %s: %v", e.ID, err)
+					return
 				}
-				v := e.Values
-				ids := []any{v["order_id"]}
-				if drift && n == 8 {
-					ids = append(ids, "invented-"+sale) // unique: the scratch database outlives one test
-				}
-				for _, id := range ids {
-					if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity) VALUES (?, ?, ?, ?)`,
-						id, v["sale_id"], v["user_id"], v["quantity"]); err != nil && ctx.Err() == nil {
-						t.Errorf("insert: %v", err)
-						return
+				for _, o := range os {
+					n++
+					if drift && n == 7 {
+						continue
+					}
+					ids := []string{o.OrderID}
+					if drift && n == 8 {
+						ids = append(ids, "invented-"+sale) // unique: the scratch database outlives one test
+					}
+					for _, id := range ids {
+						if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity) VALUES (?, ?, ?, ?)`,
+							id, o.SaleID, o.UserID, o.Quantity); err != nil && ctx.Err() == nil {
+							t.Errorf("insert: %v", err)
+							return
+						}
 					}
 				}
 			}

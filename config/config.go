@@ -224,10 +224,11 @@ type Shutdown struct {
 
 // Relay configures the outbox relay that runs inside each gateway.
 type Relay struct {
-	Batch       int
-	MaxInFlight int
-	ClaimAfter  time.Duration
-	Poll        time.Duration
+	Batch         int
+	MaxInFlight   int
+	MessageOrders int // orders one AMQP message carries at most
+	ClaimAfter    time.Duration
+	Poll          time.Duration
 }
 
 // Consumer configures the RabbitMQ → MySQL consumer.

@@ -3,18 +3,32 @@
 // the writer are package orderdb's; the consumer decides what is written
 // when, and what is acknowledged, retried or dead-lettered.
 //
-// Every message is a snapshot of one order in one state (package order): the
-// order as accepted, and one more per change of state (paid, cancelled,
-// expired). A consumer takes deliveries with manual acknowledgement and a
-// prefetch window, gathers them into batches (up to consumer.batch_size, or
-// whatever came within consumer.batch_wait) and writes each batch in one
-// transaction (orderdb.WriteOrders) that inserts the orders not yet in MySQL,
-// adds the rows it actually inserted to the per-sale ledger, and moves the
-// others to their snapshot's state unless theirs is final. Only after COMMIT
-// does it acknowledge the batch; then it marks the orders created in Redis
-// for status polling (best effort, off the acknowledgement path). A message
-// that is not a valid order is rejected without requeue, which dead-letters
-// it.
+// Every order in a message is a snapshot of one order in one state (package
+// order): the order as accepted, and one more per change of state (paid,
+// cancelled, expired). A message carries one order (its JSON object) or a
+// batch of them (a JSON array, order.Split); the consumer goes by the body,
+// whatever the message's type says. A consumer takes deliveries with manual
+// acknowledgement and a prefetch window, gathers them (until they carry
+// consumer.batch_size orders, or whatever came within consumer.batch_wait),
+// and writes their orders in transactions of at most
+// consumer.batch_size orders (orderdb.WriteOrders), each of which inserts the
+// orders not yet in MySQL, adds the rows it actually inserted to the per-sale
+// ledger, and moves the others to their snapshot's state unless theirs is
+// final. Only after every transaction of the gathered deliveries has
+// committed does it acknowledge them; then it marks the orders created in
+// Redis for status polling (best effort, off the acknowledgement path).
+//
+// What can never be written goes to the dead-letter queue, and no further: a
+// message whose body is not an order or a batch of orders, or that carries
+// one order that is malformed or that MySQL refuses as data, is rejected
+// without requeue, which dead-letters it as it came. An order of a batch
+// that is malformed or refused goes there alone: the consumer publishes its
+// bytes as a message of its own to the dead-letter exchange, with the reason
+// in a header, and waits for the broker's confirm before it acknowledges the
+// batch it came in; the rest of the batch is written. When that publish
+// fails, nothing of the deliveries in hand is acknowledged and the session
+// ends: RabbitMQ delivers the batch again, and the orders already written
+// are duplicates, which change nothing.
 //
 // RabbitMQ delivers at least once (a delivery whose ack was lost comes
 // again, and the relay may publish an order twice), and in no promised order
@@ -25,12 +39,15 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +75,12 @@ const (
 	markTries = 3
 	// redisCall bounds one mark call.
 	redisCall = 2 * time.Second
+	// deadLetterWait bounds the wait for the broker's confirm of one order
+	// published to the dead-letter queue; a confirm that takes longer
+	// counts as a failed publish.
+	deadLetterWait = 30 * time.Second
+	// maxReason bounds the reason header of an order dead-lettered alone.
+	maxReason = 512
 )
 
 // Deps are the consumer's collaborators.
@@ -81,13 +104,18 @@ type Deps struct {
 
 // Stats are the consumer's counters since start, for metrics.
 type Stats struct {
-	Deliveries   uint64 // messages received (redeliveries included)
-	Redelivered  uint64 // of those, messages RabbitMQ had delivered before
-	Inserted     uint64 // rows inserted into orders
-	Duplicates   uint64 // snapshots of orders that were already in MySQL (redeliveries, duplicates, changes of state)
-	Updated      uint64 // of those, rows this consumer changed (state, pay_by, or only the event number seq)
-	Batches      uint64 // transactions committed
-	DeadLettered uint64 // malformed messages rejected to the dead-letter queue
+	Deliveries  uint64 // messages received (redeliveries included)
+	Redelivered uint64 // of those, messages RabbitMQ had delivered before
+	Orders      uint64 // valid orders decoded from those messages (a batch message carries several)
+	Inserted    uint64 // rows inserted into orders
+	Duplicates  uint64 // snapshots of orders that were already in MySQL (redeliveries, duplicates, changes of state)
+	Updated     uint64 // of those, rows this consumer changed (state, pay_by, or only the event number seq)
+	Batches     uint64 // transactions committed
+	// DeadLettered counts messages this consumer sent to the dead-letter
+	// queue: one per message rejected whole (a batch that cannot be split
+	// counts once, whatever it held) and one per order of a batch published
+	// there alone (malformed, or refused by MySQL as data).
+	DeadLettered uint64
 	DBErrors     uint64 // failed transactions (retried)
 	AckErrors    uint64 // acknowledgements that could not be sent (the broker redelivers)
 	Reconnects   uint64 // RabbitMQ sessions opened after the first
@@ -114,8 +142,8 @@ type Consumer struct {
 	started atomic.Bool
 	seq     int
 
-	deliveries, inserted, duplicates, updated, batches, deadLettered, dbErrors atomic.Uint64
-	ackErrors, marked, markErrors, markDropped, redelivered                    atomic.Uint64
+	deliveries, orders, inserted, duplicates, updated, batches, deadLettered atomic.Uint64
+	dbErrors, ackErrors, marked, markErrors, markDropped, redelivered        atomic.Uint64
 
 	observe           func(orders int, took time.Duration)
 	extraMetrics      func(w io.Writer)
@@ -175,6 +203,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Deliveries:   c.deliveries.Load(),
 		Redelivered:  c.redelivered.Load(),
+		Orders:       c.orders.Load(),
 		Inserted:     c.inserted.Load(),
 		Duplicates:   c.duplicates.Load(),
 		Updated:      c.updated.Load(),
@@ -268,6 +297,8 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 	// Past the shutdown deadline nothing may block on the session.
 	stop := context.AfterFunc(hard, func() { _ = s.Close() })
 	defer stop()
+	dl := &deadLetters{conn: s.Conn, exchange: broker.DeadLetter(c.amqp.Exchange)}
+	defer dl.close()
 	// held ends when the deliveries in hand can no longer be acknowledged:
 	// the session is lost (the broker has taken them back) or closed at the
 	// shutdown deadline. A write waiting to retry gives up then.
@@ -289,8 +320,8 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 	for {
 		batch, open := c.collect(ctx, deliveries, !cancelled)
 		if len(batch) > 0 {
-			if !c.handle(hard, held, s, batch, marks) {
-				// Not committed, not acknowledged: end the session so
+			if !c.handle(hard, held, s, dl, batch, marks) {
+				// Not settled, not acknowledged: end the session so
 				// that no later acknowledgement (multiple) covers
 				// these deliveries; RabbitMQ delivers them again.
 				return errGaveUp
@@ -319,30 +350,34 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 }
 
 // collect returns the next batch: it waits for one delivery (or for ctx, when
-// watch is set), then takes more until batch_size or batch_wait. open is false
-// once the channel of deliveries has closed.
+// watch is set), then takes more until the deliveries carry batch_size orders
+// (order.CountHeader; a message without it counts as one) or batch_wait has
+// passed. open is false once the channel of deliveries has closed.
 func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery, watch bool) (batch []amqp.Delivery, open bool) {
 	var done <-chan struct{}
 	if watch {
 		done = ctx.Done()
 	}
+	var n int
 	select {
 	case d, ok := <-deliveries:
 		if !ok {
 			return nil, false
 		}
-		batch = append(make([]amqp.Delivery, 0, c.cfg.BatchSize), d)
+		batch = append(make([]amqp.Delivery, 0, 16), d)
+		n = order.Count(d.Headers)
 	case <-done:
 		return nil, true
 	}
 	if c.cfg.BatchWait <= 0 {
-		for len(batch) < c.cfg.BatchSize {
+		for n < c.cfg.BatchSize {
 			select {
 			case d, ok := <-deliveries:
 				if !ok {
 					return batch, false
 				}
 				batch = append(batch, d)
+				n += order.Count(d.Headers)
 			default:
 				return batch, true
 			}
@@ -351,13 +386,14 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery,
 	}
 	t := time.NewTimer(c.cfg.BatchWait)
 	defer t.Stop()
-	for len(batch) < c.cfg.BatchSize {
+	for n < c.cfg.BatchSize {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
 				return batch, false
 			}
 			batch = append(batch, d)
+			n += order.Count(d.Headers)
 		case <-t.C:
 			return batch, true
 		case <-done:
@@ -367,39 +403,114 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery,
 	return batch, true
 }
 
-// handle writes one batch and acknowledges it. It reports whether the batch
-// was committed. When it was not (shutdown deadline, lost session), nothing
-// is acknowledged and RabbitMQ delivers the messages again. hard bounds the
-// writes, held the waits between their retries (see writeRetry).
-func (c *Consumer) handle(hard, held context.Context, s *broker.Session, batch []amqp.Delivery, marks chan<- mark) bool {
+// message is one delivery in hand and what became of its orders.
+type message struct {
+	d amqp.Delivery
+	// parts are the encoded orders its body carries (order.Split); more
+	// than one makes it a batch, whose orders are dead-lettered alone.
+	parts [][]byte
+	// rejected: the delivery was rejected whole (or its rejection failed);
+	// its tag must not be named again.
+	rejected bool
+	// dead are the orders of a batch to publish to the dead-letter queue
+	// alone before the delivery may be acknowledged.
+	dead []deadOrder
+}
+
+// source is where an order in hand came from: msgs[msg].parts[part].
+type source struct{ msg, part int }
+
+// deadOrder is one order of a batch that can never be written.
+type deadOrder struct {
+	part int // its index in the batch
+	why  error
+}
+
+// handle writes the orders of one collected batch of deliveries,
+// dead-letters what can never be written, and acknowledges the deliveries.
+// It reports whether every delivery was settled. When one was not (shutdown
+// deadline, lost session, an order that could not be dead-lettered),
+// nothing is acknowledged and RabbitMQ delivers the messages again. hard
+// bounds the writes, held the waits between their retries (see writeRetry)
+// and the dead-letter publishes.
+func (c *Consumer) handle(hard, held context.Context, s *broker.Session, dl *deadLetters, batch []amqp.Delivery, marks chan<- mark) bool {
 	c.deliveries.Add(uint64(len(batch)))
+	msgs := make([]message, len(batch))
 	orders := make([]order.Order, 0, len(batch))
-	good := make([]amqp.Delivery, 0, len(batch))
-	for _, d := range batch {
+	from := make([]source, 0, len(batch)) // where orders[i] came from
+	for i, d := range batch {
+		m := &msgs[i]
+		m.d = d
 		if d.Redelivered {
 			c.redelivered.Add(1)
 		}
-		o, err := order.Unmarshal(d.Body)
+		parts, err := order.Split(d.Body)
 		if err != nil {
-			c.deadLetter(s, d, err)
+			c.reject(s, m, err)
 			continue
 		}
-		orders = append(orders, o)
-		good = append(good, d)
+		m.parts = parts
+		n := len(orders)
+		for j, p := range parts {
+			o, err := order.Unmarshal(p)
+			if err != nil {
+				if len(parts) == 1 {
+					c.reject(s, m, err)
+					break
+				}
+				m.dead = append(m.dead, deadOrder{part: j, why: err})
+				continue
+			}
+			orders = append(orders, o)
+			from = append(from, source{msg: i, part: j})
+		}
+		c.orders.Add(uint64(len(orders) - n))
 	}
-	if len(orders) == 0 {
-		return true
+
+	// Transactions are bounded in orders, whatever the messages carry.
+	written := make([]bool, len(orders))
+	for start := 0; start < len(orders); start += c.cfg.BatchSize {
+		end := min(start+c.cfg.BatchSize, len(orders))
+		refused, ok := c.write(hard, held, orders[start:end])
+		if !ok {
+			return false
+		}
+		for k, why := range refused {
+			i := start + k
+			if why == nil {
+				written[i] = true
+				continue
+			}
+			m := &msgs[from[i].msg]
+			if len(m.parts) == 1 {
+				c.reject(s, m, why)
+				continue
+			}
+			m.dead = append(m.dead, deadOrder{part: from[i].part, why: why})
+		}
 	}
-	written, ok := c.write(hard, held, s, orders, good)
-	if !ok {
-		return false
+
+	// Every order of a batch is now committed or about to be dead-lettered
+	// alone; the delivery is done once the broker has confirmed the latter.
+	for i := range msgs {
+		m := &msgs[i]
+		// In the batch's order, malformed and refused alike.
+		slices.SortFunc(m.dead, func(a, b deadOrder) int { return cmp.Compare(a.part, b.part) })
+		for _, o := range m.dead {
+			if err := c.deadLetterPart(held, dl, m, o); err != nil {
+				c.log.Warn("cannot dead-letter an order of a batch; nothing is acknowledged, the batch will be delivered again",
+					zap.String("message_id", m.d.MessageId), zap.Int("index", o.part), zap.Error(err))
+				return false
+			}
+		}
 	}
+
 	// Acknowledge up to the last delivery not rejected: multiple=true
 	// covers every earlier one, and a rejected tag must not be named again.
 	var last uint64
-	for i, d := range good {
-		if written[i] {
-			last = max(last, d.DeliveryTag)
+	for i := range msgs {
+		if !msgs[i].rejected {
+			last = max(last, msgs[i].d.DeliveryTag)
 		}
 	}
 	if last > 0 {
@@ -429,10 +540,15 @@ func (c *Consumer) handle(hard, held context.Context, s *broker.Session, batch [
 	return true
 }
 
-func (c *Consumer) deadLetter(s *broker.Session, d amqp.Delivery, why error) {
+// reject rejects m's delivery whole without requeue: RabbitMQ dead-letters
+// it as it came. Either way its tag is settled for handle, which must not
+// name it again (a failed reject leaves it to the broker to deliver again
+// after the session).
+func (c *Consumer) reject(s *broker.Session, m *message, why error) {
+	m.rejected = true
 	c.log.Error("rejecting a message that can never be processed; it goes to the dead-letter queue",
-		zap.String("message_id", d.MessageId), zap.Uint64("delivery_tag", d.DeliveryTag), zap.Error(why))
-	if err := s.Channel.Nack(d.DeliveryTag, false, false); err != nil {
+		zap.String("message_id", m.d.MessageId), zap.Uint64("delivery_tag", m.d.DeliveryTag), zap.Error(why))
+	if err := s.Channel.Nack(m.d.DeliveryTag, false, false); err != nil {
 		c.ackErrors.Add(1)
 		c.log.Warn("cannot reject a malformed message; it will be delivered again", zap.Error(err))
 		return
@@ -440,40 +556,144 @@ func (c *Consumer) deadLetter(s *broker.Session, d amqp.Delivery, why error) {
 	c.deadLettered.Add(1)
 }
 
-// errGaveUp means a write was abandoned: the shutdown deadline passed or the
-// session that delivered the orders is gone. Nothing may be acknowledged.
-var errGaveUp = errors.New("consumer: write abandoned")
+// deadLetterPart publishes one order of m's batch to the dead-letter queue
+// alone, its bytes as the batch carried them, and waits for the broker's
+// confirm.
+func (c *Consumer) deadLetterPart(ctx context.Context, dl *deadLetters, m *message, o deadOrder) error {
+	c.log.Error("an order of a batch can never be processed; it goes to the dead-letter queue alone",
+		zap.String("message_id", m.d.MessageId), zap.Uint64("delivery_tag", m.d.DeliveryTag),
+		zap.Int("index", o.part), zap.Error(o.why))
+	err := dl.publish(ctx, amqp.Publishing{
+		ContentType:  order.ContentType,
+		DeliveryMode: amqp.Persistent,
+		Type:         order.TypeOrder,
+		Timestamp:    time.Now(),
+		AppId:        "flashgate",
+		Headers: amqp.Table{
+			headerReason:    clipReason(o.why.Error()),
+			headerMessageID: m.d.MessageId,
+			headerIndex:     int32(o.part),
+		},
+		Body: m.parts[o.part],
+	})
+	if err != nil {
+		return err
+	}
+	c.deadLettered.Add(1)
+	return nil
+}
 
-// write commits orders. written[i] says whether orders[i] is now in MySQL:
-// false only for an order MySQL refuses as data, which is dead-lettered
-// here. ok is false when the batch was abandoned (see writeRetry); then
-// nothing of it may be acknowledged.
-func (c *Consumer) write(hard, held context.Context, s *broker.Session, orders []order.Order, ds []amqp.Delivery) (written []bool, ok bool) {
-	written = make([]bool, len(orders))
+// The headers of an order dead-lettered alone: why, and where it came from
+// (the batch message's id and the order's index in it).
+const (
+	headerReason    = "x-flashgate-reason"
+	headerMessageID = "x-flashgate-message-id"
+	headerIndex     = "x-flashgate-index"
+)
+
+// clipReason returns why cut to maxReason bytes, on a character boundary.
+func clipReason(why string) string {
+	if len(why) <= maxReason {
+		return why
+	}
+	return strings.ToValidUTF8(why[:maxReason], "")
+}
+
+// deadLetters publishes orders to the dead-letter exchange, one message
+// each, on a channel of its own in confirm mode, so that the channel that
+// consumes stays as it is: not in confirm mode, and not closed by a publish
+// the broker refuses (a missing exchange closes the channel). The channel
+// is opened on first use and closed with the session. It is not safe for
+// concurrent use (the session's goroutine owns it).
+type deadLetters struct {
+	conn     *amqp.Connection
+	exchange string
+	ch       *amqp.Channel
+	returns  chan amqp.Return
+}
+
+// publish publishes msg to the dead-letter exchange, mandatory, and blocks
+// until the broker confirms it, ctx ends, or deadLetterWait has passed. It
+// returns nil only for a publish the broker has confirmed and not returned
+// as unroutable. After an error the channel is not to be used again (the
+// caller ends the session).
+func (dl *deadLetters) publish(ctx context.Context, msg amqp.Publishing) error {
+	if dl.ch == nil {
+		ch, err := dl.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("dead letter: open channel: %w", err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			return fmt.Errorf("dead letter: confirm mode: %w", err)
+		}
+		// One publish is in flight at a time and its return, if any,
+		// comes before its confirm: one slot is enough.
+		dl.returns = ch.NotifyReturn(make(chan amqp.Return, 1))
+		dl.ch = ch
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadLetterWait)
+	defer cancel()
+	dc, err := dl.ch.PublishWithDeferredConfirmWithContext(ctx, dl.exchange, "", true, false, msg)
+	if err != nil {
+		return fmt.Errorf("dead letter: publish to %s: %w", dl.exchange, err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("dead letter: wait for the confirm: %w", err)
+	}
+	select {
+	case r, ok := <-dl.returns:
+		if ok {
+			return fmt.Errorf("dead letter: %s returned it as unroutable: %d %s", dl.exchange, r.ReplyCode, r.ReplyText)
+		}
+	default:
+	}
+	if !acked {
+		return fmt.Errorf("dead letter: %s did not confirm it (nack, or the channel closed)", dl.exchange)
+	}
+	return nil
+}
+
+// close closes the channel, if it was opened. The session's watchdog
+// bounds it: once the connection is closed, it returns at once.
+func (dl *deadLetters) close() {
+	if dl.ch != nil {
+		_ = dl.ch.Close()
+	}
+}
+
+// errGaveUp means a batch was abandoned: the shutdown deadline passed, the
+// session that delivered the orders is gone, or an order could not be
+// dead-lettered. Nothing of it may be acknowledged.
+var errGaveUp = errors.New("consumer: batch abandoned")
+
+// write commits orders. refused[i] is nil when orders[i] is now in MySQL,
+// else the error with which MySQL refuses it as data (for the caller to
+// dead-letter). ok is false when the write was abandoned (see writeRetry);
+// then nothing of it may be acknowledged.
+func (c *Consumer) write(hard, held context.Context, orders []order.Order) (refused []error, ok bool) {
+	refused = make([]error, len(orders))
 	err := c.writeRetry(hard, held, orders)
 	if err == nil {
-		for i := range written {
-			written[i] = true
-		}
-		return written, true
+		return refused, true
 	}
 	if !orderdb.IsDataError(err) {
 		return nil, false
 	}
-	// One order spoils the batch: write them one by one, to dead-letter
-	// only the ones MySQL refuses.
+	// One order spoils the transaction: write them one by one, to
+	// dead-letter only the ones MySQL refuses.
 	for i, o := range orders {
 		err := c.writeRetry(hard, held, []order.Order{o})
 		switch {
 		case err == nil:
-			written[i] = true
 		case orderdb.IsDataError(err):
-			c.deadLetter(s, ds[i], err)
+			refused[i] = err
 		default:
 			return nil, false
 		}
 	}
-	return written, true
+	return refused, true
 }
 
 // writeRetry runs orderdb.WriteOrders until it succeeds, MySQL refuses the

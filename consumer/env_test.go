@@ -83,13 +83,22 @@ func newEnv(t *testing.T) *env {
 // broker's confirms.
 func (e *env) publish(bodies ...[]byte) {
 	e.t.Helper()
+	msgs := make([]amqp.Publishing, len(bodies))
+	for i, b := range bodies {
+		msgs[i] = amqp.Publishing{ContentType: order.ContentType, DeliveryMode: amqp.Persistent, Body: b}
+	}
+	e.publishMessages(msgs...)
+}
+
+// publishMessages sends messages to the orders exchange and waits for the
+// broker's confirms.
+func (e *env) publishMessages(msgs ...amqp.Publishing) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var dcs []*amqp.DeferredConfirmation
-	for _, b := range bodies {
-		dc, err := e.ch.PublishWithDeferredConfirm(e.cfg.AMQP.Exchange, broker.RoutingKey, true, false, amqp.Publishing{
-			ContentType: order.ContentType, DeliveryMode: amqp.Persistent, Body: b,
-		})
+	for _, m := range msgs {
+		dc, err := e.ch.PublishWithDeferredConfirm(e.cfg.AMQP.Exchange, broker.RoutingKey, true, false, m)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -119,10 +128,18 @@ func bodies(t *testing.T, os []order.Order) [][]byte {
 // is called); Run must return nil within the shutdown deadline.
 func (e *env) startConsumer(cfg *config.Config) (*Consumer, func()) {
 	e.t.Helper()
+	return e.startConsumerWith(cfg, Deps{})
+}
+
+// startConsumerWith is startConsumer with deps, whose DB, Redis and Loader
+// are the env's.
+func (e *env) startConsumerWith(cfg *config.Config, deps Deps) (*Consumer, func()) {
+	e.t.Helper()
 	if cfg == nil {
 		cfg = e.cfg
 	}
-	c, err := New(cfg, Deps{DB: e.db, Redis: e.rdb, Loader: e.loader})
+	deps.DB, deps.Redis, deps.Loader = e.db, e.rdb, e.loader
+	c, err := New(cfg, deps)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -147,6 +164,45 @@ func (e *env) startConsumer(cfg *config.Config) (*Consumer, func()) {
 	}
 	e.t.Cleanup(stop)
 	return c, stop
+}
+
+// queued returns how many messages are ready in the orders queue, and how
+// many consumers it has.
+func (e *env) queued() (messages, consumers int) {
+	e.t.Helper()
+	q, err := e.ch.QueueDeclarePassive(e.cfg.AMQP.Queue, true, false, false, false, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return q.Messages, q.Consumers
+}
+
+// dead takes every message the dead-letter queue holds now.
+func (e *env) dead() []amqp.Delivery {
+	e.t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := e.ch.Get(broker.DeadLetter(e.cfg.AMQP.Queue), true)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// waitDead takes the messages of the dead-letter queue until it has had n,
+// then whatever else it holds by then, and returns them all.
+func (e *env) waitDead(n int) []amqp.Delivery {
+	e.t.Helper()
+	var out []amqp.Delivery
+	waitFor(e.t, 20*time.Second, fmt.Sprintf("the dead-letter queue does not hold %d messages", n), func() bool {
+		out = append(out, e.dead()...)
+		return len(out) >= n
+	})
+	return append(out, e.dead()...)
 }
 
 // totals reads the sale's rows and ledger.

@@ -25,6 +25,7 @@ func (c *Consumer) newMetrics() {
 		s := c.Stats()
 		metrics.WriteCounterUint64(w, "flashgate_consumer_deliveries_total", s.Deliveries)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_redeliveries_total", s.Redelivered)
+		metrics.WriteCounterUint64(w, "flashgate_consumer_orders_total", s.Orders)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_inserted_total", s.Inserted)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_duplicates_total", s.Duplicates)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_state_updates_total", s.Updated)

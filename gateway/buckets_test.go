@@ -190,22 +190,17 @@ func checkBuckets(t testing.TB, g *testGateway, sale string) bucketLedger {
 			}
 			l.held[u] = n
 		}
-		entries, err := g.rdb.XRange(ctx, g.keys.Outbox(lane), "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
 		suffix := "." + strconv.Itoa(i)
 		var accepted int
-		for _, e := range entries {
-			id, _ := e.Values["order_id"].(string)
-			state, _ := e.Values["state"].(string)
-			if s, _ := e.Values["sale_id"].(string); s != sale {
-				t.Errorf("%s: outbox entry %s names sale %q, want %q", lane, e.ID, s, sale)
+		for _, o := range outboxOrders(t, g.rdb, g.keys.Outbox(lane)) {
+			id := o.OrderID
+			if o.SaleID != sale {
+				t.Errorf("%s: outbox entry %s names sale %q, want %q", lane, o.Entry, o.SaleID, sale)
 			}
 			if !strings.HasSuffix(id, suffix) {
 				t.Errorf("%s: order id %q does not end in %q", lane, id, suffix)
 			}
-			if order.Final(state) {
+			if order.Final(o.State) {
 				continue
 			}
 			accepted++
@@ -213,12 +208,11 @@ func checkBuckets(t testing.TB, g *testGateway, sale string) bucketLedger {
 				t.Errorf("%s: order %s accepted twice in the outboxes", sale, id)
 			}
 			l.acceptedIDs[id] = i
-			q, _ := e.Values["quantity"].(string)
-			l.outUnits += int64(atoi(q))
+			l.outUnits += int64(o.Quantity)
 			if r, ok := orders[id]; !ok {
 				t.Errorf("%s: outbox order %s has no record", lane, id)
-			} else if rec, _ := scripts.ParseRecord(r); rec.Quantity != int64(atoi(q)) || rec.UserID != e.Values["user_id"] {
-				t.Errorf("%s: outbox entry %v, record %+v", lane, e.Values, rec)
+			} else if rec, _ := scripts.ParseRecord(r); rec.Quantity != int64(o.Quantity) || rec.UserID != o.UserID {
+				t.Errorf("%s: outbox order %+v, record %+v", lane, o, rec)
 			}
 		}
 		if accepted != len(orders) {

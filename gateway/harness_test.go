@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -237,27 +238,54 @@ func (g *testGateway) checkLedger(sale string) (sold int64) {
 	if units != sold {
 		g.t.Errorf("users hold %d units, sold is %d", units, sold)
 	}
-	entries, err := g.rdb.XRange(ctx, g.keys.Outbox(sale), "-", "+").Result()
-	if err != nil {
-		g.t.Fatal(err)
-	}
+	os := outboxOrders(g.t, g.rdb, g.keys.Outbox(sale))
 	var outUnits int64
 	seen := map[string]bool{}
-	for _, e := range entries {
-		outUnits += int64(atoi(e.Values["quantity"].(string)))
-		id := e.Values["order_id"].(string)
-		if seen[id] {
-			g.t.Errorf("order %s twice in the outbox", id)
+	for _, o := range os {
+		outUnits += int64(o.Quantity)
+		if seen[o.OrderID] {
+			g.t.Errorf("order %s twice in the outbox", o.OrderID)
 		}
-		seen[id] = true
+		seen[o.OrderID] = true
 	}
 	if outUnits != sold {
 		g.t.Errorf("outbox holds %d units, sold is %d", outUnits, sold)
 	}
-	if n := g.rdb.HLen(ctx, g.keys.Orders(sale)).Val(); n != int64(len(entries)) {
-		g.t.Errorf("orders hash has %d orders, outbox %d", n, len(entries))
+	if n := g.rdb.HLen(ctx, g.keys.Orders(sale)).Val(); n != int64(len(os)) {
+		g.t.Errorf("orders hash has %d orders, outbox %d", n, len(os))
+	}
+	if p := v.num("outbox_pending"); p != int64(len(os)) {
+		g.t.Errorf("outbox_pending %d, the outbox holds %d orders", p, len(os))
 	}
 	return sold
+}
+
+// outboxOrders returns the orders (and changes of state) an outbox holds,
+// in their order, whatever the form of its entries (order.FromStreamEntry),
+// each with the id of its entry.
+func outboxOrders(t testing.TB, rdb redis.UniversalClient, key string) []entryOrder {
+	t.Helper()
+	entries, err := rdb.XRange(context.Background(), key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []entryOrder
+	for _, e := range entries {
+		os, err := order.FromStreamEntry(e.Values)
+		if err != nil {
+			t.Fatalf("outbox %s entry %s: %v", key, e.ID, err)
+		}
+		for _, o := range os {
+			out = append(out, entryOrder{o, e.ID})
+		}
+	}
+	return out
+}
+
+// entryOrder is an order of an outbox entry, and the entry's id.
+type entryOrder struct {
+	order.Order
+	Entry string
 }
 
 func atoi(s string) int {

@@ -160,27 +160,18 @@ func checkPayments(t testing.TB, rdb redis.UniversalClient, keys scripts.Keys, s
 			t.Errorf("due order %s at %v: record %+v", id, z.Score, r)
 		}
 	}
-	entries, err := rdb.XRange(ctx, keys.Outbox(sale), "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	accepted := map[string]int{}
-	for _, e := range entries {
-		o, err := order.FromStream(e.Values)
-		if err != nil {
-			t.Errorf("outbox entry %s: %v", e.ID, err)
-			continue
-		}
+	for _, o := range outboxOrders(t, rdb, keys.Outbox(sale)) {
 		r, ok := l.records[o.OrderID]
 		if !ok || o.UserID != r.UserID || int64(o.Quantity) != r.Quantity || o.SaleID != sale {
-			t.Errorf("outbox entry %s %+v, record %+v", e.ID, o, r)
+			t.Errorf("outbox order %+v, record %+v", o, r)
 		}
 		var pb int64
 		if !o.PayBy.IsZero() {
 			pb = o.PayBy.UnixMilli()
 		}
 		if o.ReservedAt.UnixMilli() != r.ReservedAt || pb != r.PayBy {
-			t.Errorf("outbox entry %s times %v %v, record %+v", e.ID, o.ReservedAt, o.PayBy, r)
+			t.Errorf("outbox entry %s times %v %v, record %+v", o.Entry, o.ReservedAt, o.PayBy, r)
 		}
 		if order.Final(o.State) {
 			if prev, dup := l.finals[o.OrderID]; dup {
@@ -193,7 +184,7 @@ func checkPayments(t testing.TB, rdb redis.UniversalClient, keys scripts.Keys, s
 			// before pay_by may be stamped at or just after it (the script
 			// ran across the millisecond); one stamped a second after it
 			// can only have been decided after it.
-			ms := int64(atoi(e.ID[:strings.IndexByte(e.ID, '-')]))
+			ms := int64(atoi(o.Entry[:strings.IndexByte(o.Entry, '-')]))
 			if o.State == order.StateExpired && ms < r.PayBy || o.State == order.StatePaid && ms >= r.PayBy+1000 {
 				t.Errorf("order %s %s at %d, pay_by %d", o.OrderID, o.State, ms, r.PayBy)
 			}

@@ -22,6 +22,25 @@ const (
 	TypeBatch = "orders"
 )
 
+// CountHeader is the AMQP header in which the relay gives the number of
+// orders a message carries, so that a consumer can gather messages up to a
+// number of orders before it decodes them. It is a hint: the body decides.
+const CountHeader = "x-flashgate-orders"
+
+// Count returns the number of orders a message's headers announce
+// (CountHeader), 1 when they announce none or an unreadable number.
+func Count(h map[string]any) int {
+	switch n := h[CountHeader].(type) {
+	case int32:
+		return max(int(n), 1)
+	case int64:
+		return max(int(n), 1)
+	case int:
+		return max(n, 1)
+	}
+	return 1
+}
+
 // AppendBatch appends to dst the body of a message carrying the encoded
 // orders bodies (each from Marshal): one order's body as it is, several as
 // a JSON array.
@@ -41,8 +60,7 @@ func AppendBatch(dst []byte, bodies ...[]byte) []byte {
 
 // Split returns the encoded orders a message body carries, each to be
 // decoded by Unmarshal: the body itself when it is one JSON object, the
-// elements when it is a JSON array of at least one. The parts share the
-// body's memory. A body that is neither (not JSON, an empty array, an
+// elements when it is a JSON array of at least one. A body that is neither (not JSON, an empty array, an
 // element that is not an object) is refused whole with an error wrapping
 // ErrMalformed; an element that is an object but not an order is for
 // Unmarshal to refuse, alone.

@@ -67,3 +67,17 @@ func TestSplitRefusesWhole(t *testing.T) {
 		t.Errorf("Split of an object: %d parts, %v", len(parts), err)
 	}
 }
+
+func TestCount(t *testing.T) {
+	for _, c := range []struct {
+		h    map[string]any
+		want int
+	}{
+		{nil, 1}, {map[string]any{}, 1}, {map[string]any{CountHeader: int32(64)}, 64}, {map[string]any{CountHeader: int64(3)}, 3},
+		{map[string]any{CountHeader: "12"}, 1}, {map[string]any{CountHeader: int32(0)}, 1}, {map[string]any{CountHeader: int32(-5)}, 1},
+	} {
+		if got := Count(c.h); got != c.want {
+			t.Errorf("Count(%v) = %d, want %d", c.h, got, c.want)
+		}
+	}
+}

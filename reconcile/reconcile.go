@@ -62,7 +62,7 @@ type Report struct {
 	States        map[string]int64 // orders per state (a bad record in none)
 	Counters      map[string]int64 // the meta hash's pending, paid, cancelled and expired
 	Due           int64            // orders in the due set (awaiting payment)
-	OutboxEntries int64            // entries not yet confirmed by RabbitMQ: orders and their changes of state
+	OutboxEntries int64            // orders and changes of their state in the outbox, not yet confirmed by RabbitMQ (an entry may hold several orders; one that is not an order counts once)
 	OutboxOrders  int64            // distinct orders among them
 	// OutboxUnits is what the outbox's entries will change in MySQL's
 	// live units once delivered: for each order with an entry there, its
@@ -436,16 +436,19 @@ func (r *Report) readSlot(ctx context.Context, rdb redis.UniversalClient, keys s
 			return fmt.Errorf("outbox of %s: %w", slot, err)
 		}
 		for _, m := range msgs {
-			r.OutboxEntries++
-			o, err := order.FromStream(m.Values)
+			os, err := order.FromStreamEntry(m.Values)
 			if err != nil {
+				r.OutboxEntries++
 				r.OutboxBad++
 				continue
 			}
-			if inOutbox[o.OrderID] == nil {
-				inOutbox[o.OrderID] = map[string]bool{}
+			r.OutboxEntries += int64(len(os))
+			for _, o := range os {
+				if inOutbox[o.OrderID] == nil {
+					inOutbox[o.OrderID] = map[string]bool{}
+				}
+				inOutbox[o.OrderID][o.State] = true
 			}
-			inOutbox[o.OrderID][o.State] = true
 		}
 		if len(msgs) < 1000 {
 			break

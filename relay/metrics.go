@@ -33,6 +33,7 @@ const maxSaleSeries = 500
 // of the sales. It is safe for concurrent use, with or without Run.
 func (r *Relay) WriteMetrics(w io.Writer) {
 	s := r.Stats()
+	metrics.WriteCounterUint64(w, "flashgate_relay_messages_total", s.Messages)
 	metrics.WriteCounterUint64(w, "flashgate_relay_published_total", s.Published)
 	metrics.WriteCounterUint64(w, "flashgate_relay_confirmed_total", s.Confirmed)
 	metrics.WriteCounterUint64(w, "flashgate_relay_removed_total", s.Removed)

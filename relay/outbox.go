@@ -19,11 +19,12 @@ import (
 // entry is one outbox entry held by the relay, from its read (or claim) to
 // its removal.
 type entry struct {
-	sale, id string // the sale and the stream entry id
-	orderID  string
-	body     []byte
-	tag      uint64    // delivery tag while in flight
-	due      time.Time // earliest retry
+	sale, id string   // the sale and the stream entry id
+	orderIDs []string // the orders it carries: one, or a batch of the reserve script
+	bodies   [][]byte // their wire forms (order.Marshal)
+	// unconfirmed counts the orders of the entry not yet in a confirmed
+	// message: an entry's orders may travel in more than one.
+	unconfirmed int
 }
 
 // outbox is the relay's side of the outbox streams: the sales it serves and
@@ -45,8 +46,8 @@ type outbox struct {
 	backlog   map[string]int64     // outbox length at the last sample
 	claimFrom map[string]string    // XAUTOCLAIM cursor per sale
 	tracked   map[string]struct{}  // sale + "\x00" + id of every entry held
-	acks      map[string][]string  // sale → ids confirmed, to XACK+XDEL
-	toRemove  int                  // ids in acks
+	acks      map[string][]any     // sale → confirmed entries to remove: id, orders, id, orders, …
+	toRemove  int                  // entries in acks
 	rot       int                  // rotating start among sales for fairness
 
 	n outboxCounts
@@ -67,7 +68,7 @@ func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, na
 		backlog:   map[string]int64{},
 		claimFrom: map[string]string{},
 		tracked:   map[string]struct{}{},
-		acks:      map[string][]string{},
+		acks:      map[string][]any{},
 	}
 }
 
@@ -122,14 +123,20 @@ func (o *outbox) untrack(sale, id string) {
 // is acknowledged (so no relay loops on it) but left in the stream, where
 // outbox_pending and reconcile show it to an operator.
 func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *entry {
-	ord, err := order.FromStream(m.Values)
-	// A bucket's outbox holds orders of its sale (gateway/buckets.go).
-	if err == nil && ord.SaleID != scripts.SaleOf(sale) {
-		err = fmt.Errorf("%w: sale_id %q in the outbox of sale %q", order.ErrMalformed, ord.SaleID, sale)
-	}
-	var body []byte
-	if err == nil {
-		body, err = ord.Marshal()
+	ords, err := order.FromStreamEntry(m.Values)
+	e := &entry{sale: sale, id: m.ID, orderIDs: make([]string, 0, len(ords)), bodies: make([][]byte, 0, len(ords)), unconfirmed: len(ords)}
+	for _, ord := range ords {
+		// A bucket's outbox holds orders of its sale (gateway/buckets.go).
+		if ord.SaleID != scripts.SaleOf(sale) {
+			err = fmt.Errorf("%w: sale_id %q in the outbox of sale %q", order.ErrMalformed, ord.SaleID, sale)
+			break
+		}
+		var body []byte
+		if body, err = ord.Marshal(); err != nil {
+			break
+		}
+		e.orderIDs = append(e.orderIDs, ord.OrderID)
+		e.bodies = append(e.bodies, body)
 	}
 	if err != nil {
 		o.n.malformed.Add(1)
@@ -143,7 +150,7 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 		o.untrack(sale, m.ID)
 		return nil
 	}
-	return &entry{sale: sale, id: m.ID, orderID: ord.OrderID, body: body}
+	return e
 }
 
 // read reads entries never delivered to any relay, from as many active
@@ -217,7 +224,7 @@ func (o *outbox) read(ctx context.Context) ([]*entry, error) {
 // claim takes over entries pending longer than claim_after: a dead relay's,
 // or this relay's own when a read's reply was lost. Entries this relay holds
 // are skipped (their idle time is reset, which is harmless). The entries it
-// returns are due for publishing at once.
+// returns are for publishing at once.
 func (o *outbox) claim(ctx context.Context) []*entry {
 	var out []*entry
 	for _, sale := range o.sales {
@@ -251,14 +258,12 @@ func (o *outbox) claim(ctx context.Context) []*entry {
 			continue
 		}
 		o.claimFrom[sale] = next
-		now := time.Now()
 		for _, m := range msgs {
 			if len(m.Values) == 0 || !o.track(sale, m.ID) {
 				continue // deleted meanwhile (Redis 6.2 shape), or ours already
 			}
 			if e := o.toEntry(ctx, sale, m); e != nil {
 				o.n.claimed.Add(1)
-				e.due = now
 				out = append(out, e)
 			}
 		}
@@ -269,7 +274,7 @@ func (o *outbox) claim(ctx context.Context) []*entry {
 // confirmed records that RabbitMQ has e: it is removed with the next
 // removal.
 func (o *outbox) confirmed(e *entry) {
-	o.acks[e.sale] = append(o.acks[e.sale], e.id)
+	o.acks[e.sale] = append(o.acks[e.sale], e.id, len(e.bodies))
 	o.toRemove++
 }
 
@@ -283,12 +288,13 @@ func (o *outbox) unremoved() int { return o.toRemove }
 // theirs side by side.
 const removeParallel = 16
 
-// remove acknowledges and deletes the confirmed entries, one MULTI per
-// sale so that an entry is never acknowledged without being deleted (it
-// would then sit in the outbox for ever, never read again). A MULTI never
-// holds two sales: their outboxes live in different hash slots, and Redis
-// Cluster refuses a transaction across slots (CROSSSLOT), which would stall
-// every sale behind the one removal. Up to removeParallel sales are removed
+// remove acknowledges and deletes the confirmed entries, one script call
+// per sale (scripts.RemoveEntries) so that an entry is never acknowledged
+// without being deleted (it would then sit in the outbox for ever, never
+// read again) and the sale's count of orders in its outbox follows. A call
+// never holds two sales: their outboxes live in different hash slots, and
+// Redis Cluster refuses a script across slots (CROSSSLOT), which would
+// stall every sale behind the one removal. Up to removeParallel sales are removed
 // at once. A sale whose removal fails keeps its entries held, to be removed
 // by the next call; the others are removed, and the error says how many
 // wait. It blocks until every removal has answered or redisCall has passed.
@@ -300,12 +306,12 @@ func (o *outbox) remove(ctx context.Context) error {
 	defer cancel()
 	type removal struct {
 		sale string
-		ids  []string
+		refs []any // id, orders, …
 		err  error
 	}
 	rs := make([]removal, 0, len(o.acks))
-	for sale, ids := range o.acks {
-		rs = append(rs, removal{sale: sale, ids: ids})
+	for sale, refs := range o.acks {
+		rs = append(rs, removal{sale: sale, refs: refs})
 	}
 	// The goroutines touch only their own removal; the outbox's maps are
 	// read and changed here, by the owner, before and after.
@@ -316,11 +322,8 @@ func (o *outbox) remove(ctx context.Context) error {
 		wg.Add(1)
 		go func(r *removal) {
 			defer func() { <-inFlight; wg.Done() }()
-			key := o.keys.Outbox(r.sale)
-			pipe := o.rdb.TxPipeline()
-			pipe.XAck(cctx, key, Group, r.ids...)
-			pipe.XDel(cctx, key, r.ids...)
-			_, r.err = pipe.Exec(cctx)
+			keys := []string{o.keys.Outbox(r.sale), o.keys.Meta(r.sale)}
+			r.err = scripts.RemoveEntries.Run(cctx, o.rdb, keys, append([]any{Group}, r.refs...)...).Err()
 		}(&rs[i])
 	}
 	wg.Wait()
@@ -333,11 +336,11 @@ func (o *outbox) remove(ctx context.Context) error {
 			}
 			continue
 		}
-		for _, id := range r.ids {
-			o.untrack(r.sale, id)
+		for i := 0; i < len(r.refs); i += 2 {
+			o.untrack(r.sale, r.refs[i].(string))
 		}
-		o.n.removed.Add(uint64(len(r.ids)))
-		o.toRemove -= len(r.ids)
+		o.n.removed.Add(uint64(len(r.refs) / 2))
+		o.toRemove -= len(r.refs) / 2
 		delete(o.acks, r.sale)
 	}
 	if firstErr != nil {

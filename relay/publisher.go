@@ -13,46 +13,101 @@ import (
 	"github.com/flashgate/flashgate/retry"
 )
 
-// publisher sends entries to RabbitMQ on a channel in confirm mode and
-// settles each by its confirm: confirmed (handed to onConfirmed), or kept
-// for another publish (nacked, returned as unroutable, or lost with the
-// channel). The retry queue outlives sessions; the in-flight window is the
+// publisher sends the orders of entries to RabbitMQ on a channel in
+// confirm mode, up to perMessage of them in one message (package order: one
+// order's object, or a JSON array of several; an entry's orders may be
+// spread over messages), and settles each message by its confirm: confirmed
+// (an entry all of whose orders are confirmed is handed to onConfirmed), or
+// kept whole for another publish (nacked, returned as unroutable, or lost
+// with the channel). The retry queue outlives sessions; the in-flight window is the
 // current session's, in delivery-tag order (RabbitMQ may confirm out of
 // order; the library hands the confirms over in order). It is owned by Run's
 // goroutine; only its counters are read elsewhere (Stats).
 type publisher struct {
 	exchange    string
-	window      int // publishes awaiting a confirm at most
+	window      int // orders in messages awaiting a confirm, at most
+	perMessage  int // orders one message carries at most
 	onConfirmed func(*entry)
 
-	retry   []*entry      // FIFO of entries to publish again
+	retry   []*message    // FIFO of messages to publish again
 	retryBO retry.Backoff // spaces out the retries while RabbitMQ refuses
 
 	// The current session's, between attach and detach.
-	s        *broker.Session
-	ch       *amqp.Channel
-	confirms chan amqp.Confirmation
-	returns  chan amqp.Return
-	inflight []*entry
-	bounced  map[bounce]int // returns not yet matched with their confirm
+	s           *broker.Session
+	ch          *amqp.Channel
+	confirms    chan amqp.Confirmation
+	returns     chan amqp.Return
+	inflight    []*message
+	inflightLen int            // orders in inflight
+	bounced     map[bounce]int // returns not yet matched with their confirm
 
 	n publishCounts
 }
 
-// publishCounts are the publisher's figures for Stats, safe for concurrent
-// use.
-type publishCounts struct {
-	published, confirmed, nacked, returned, lost atomic.Uint64
-	inFlight                                     atomic.Int64
+// message is one AMQP message: the orders it carries, as parts of entries
+// in the order they were read, and its body. A message is published again
+// whole.
+type message struct {
+	parts  []part
+	orders int
+	body   []byte
+	tag    uint64    // delivery tag while in flight
+	due    time.Time // earliest retry
 }
 
-func newPublisher(exchange string, window int, onConfirmed func(*entry)) *publisher {
+// part is the orders from..to-1 of an entry.
+type part struct {
+	e        *entry
+	from, to int
+}
+
+// publishCounts are the publisher's figures for Stats, safe for concurrent
+// use. All but messages count orders (and changes of state).
+type publishCounts struct {
+	messages, published, confirmed, nacked, returned, lost atomic.Uint64
+	inFlight                                               atomic.Int64
+}
+
+func newPublisher(exchange string, window, perMessage int, onConfirmed func(*entry)) *publisher {
 	return &publisher{
 		exchange:    exchange,
 		window:      window,
+		perMessage:  perMessage,
 		onConfirmed: onConfirmed,
 		retryBO:     retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 	}
+}
+
+// pack puts the orders of entries into messages of up to perMessage orders
+// each, in their order, due at once.
+func (p *publisher) pack(es []*entry) []*message {
+	var ms []*message
+	var cur *message
+	for _, e := range es {
+		for from := 0; from < len(e.bodies); {
+			if cur == nil || cur.orders == p.perMessage {
+				cur = &message{}
+				ms = append(ms, cur)
+			}
+			to := min(len(e.bodies), from+p.perMessage-cur.orders)
+			cur.parts = append(cur.parts, part{e, from, to})
+			cur.orders += to - from
+			from = to
+		}
+	}
+	var bodies [][]byte
+	for _, m := range ms {
+		bodies = bodies[:0]
+		size := m.orders + 1
+		for _, pt := range m.parts {
+			for _, b := range pt.e.bodies[pt.from:pt.to] {
+				bodies = append(bodies, b)
+				size += len(b)
+			}
+		}
+		m.body = order.AppendBatch(make([]byte, 0, size), bodies...)
+	}
+	return ms
 }
 
 // attach puts the session's channel in confirm mode and publishes on it
@@ -71,38 +126,44 @@ func (p *publisher) attach(s *broker.Session) error {
 	return nil
 }
 
-// bounce names one outbox entry in a return: the message id is the order
-// id, which an order's change of state shares with the order (two of its
-// entries may be in flight at once), so the correlation id carries the
-// entry's stream id. A return drained before the confirm of an earlier
-// publish of the same order must not be taken for that one's.
+// bounce names one message in a return by its first order: the message id
+// is that order's id, which an order's change of state shares with the
+// order (two of its entries may be in flight at once), so the correlation
+// id carries the stream id of the order's entry. A return drained before the
+// confirm of an earlier publish of the same order must not be taken for
+// that one's.
 type bounce struct{ orderID, entry string }
+
+func (m *message) bounce() bounce {
+	first := m.parts[0]
+	return bounce{first.e.orderIDs[first.from], first.e.id}
+}
 
 // detach lets the session go. What was in flight on it goes back to the
 // front of the retry queue, due at once: those messages may or may not have
 // reached RabbitMQ.
 func (p *publisher) detach() {
 	if len(p.inflight) > 0 {
-		p.n.lost.Add(uint64(len(p.inflight)))
+		p.n.lost.Add(uint64(p.inflightLen))
 		now := time.Now()
-		for _, e := range p.inflight {
-			e.due = now
+		for _, m := range p.inflight {
+			m.due = now
 		}
 		// Before the others: they are older.
-		q := make([]*entry, 0, len(p.inflight)+len(p.retry))
+		q := make([]*message, 0, len(p.inflight)+len(p.retry))
 		q = append(q, p.inflight...)
 		p.retry = append(q, p.retry...)
-		p.inflight = nil
+		p.inflight, p.inflightLen = nil, 0
 		p.n.inFlight.Store(0)
 	}
 	p.s, p.ch, p.confirms, p.returns, p.bounced = nil, nil, nil, nil, nil
 }
 
 // full reports whether the in-flight window is full.
-func (p *publisher) full() bool { return len(p.inflight) >= p.window }
+func (p *publisher) full() bool { return p.inflightLen >= p.window }
 
-// enqueue queues entries for a publish once they are due.
-func (p *publisher) enqueue(es []*entry) { p.retry = append(p.retry, es...) }
+// enqueue queues entries for a publish, due at once.
+func (p *publisher) enqueue(es []*entry) { p.retry = append(p.retry, p.pack(es)...) }
 
 // nextRetry returns when the oldest retry is due, and false when there is
 // none or the window has no room for it.
@@ -119,14 +180,14 @@ func (p *publisher) nextRetry() (time.Time, bool) {
 func (p *publisher) sendDue(now time.Time) (int, error) {
 	n := 0
 	for len(p.retry) > 0 && !p.full() {
-		e := p.retry[0]
-		if e.due.After(now) {
+		m := p.retry[0]
+		if m.due.After(now) {
 			break
 		}
 		p.retry[0] = nil
 		p.retry = p.retry[1:]
-		if err := p.send(e); err != nil {
-			p.retry = append([]*entry{e}, p.retry...)
+		if err := p.send(m); err != nil {
+			p.retry = append([]*message{m}, p.retry...)
 			return n, err
 		}
 		n++
@@ -137,37 +198,54 @@ func (p *publisher) sendDue(now time.Time) (int, error) {
 	return n, nil
 }
 
-// sendAll publishes a batch just read. On an error (the channel is
-// unusable) the entries not sent go to the retry queue.
+// sendAll publishes a batch just read, in messages of up to perMessage
+// orders, while the window has room. On an error (the channel is unusable) the messages not sent go
+// to the retry queue.
 func (p *publisher) sendAll(batch []*entry) error {
-	for i, e := range batch {
-		if err := p.send(e); err != nil {
-			p.retry = append(p.retry, batch[i:]...)
+	ms := p.pack(batch)
+	for i, m := range ms {
+		if p.full() {
+			// The rest waits in the retry queue, due at once, so that
+			// no more messages are in flight than the confirm
+			// buffers hold.
+			p.retry = append(p.retry, ms[i:]...)
+			return nil
+		}
+		if err := p.send(m); err != nil {
+			p.retry = append(p.retry, ms[i:]...)
 			return err
 		}
 	}
 	return nil
 }
 
-// send publishes one entry. An error means the channel is unusable.
-func (p *publisher) send(e *entry) error {
-	e.tag = p.ch.GetNextPublishSeqNo()
+// send publishes one message. An error means the channel is unusable.
+func (p *publisher) send(m *message) error {
+	m.tag = p.ch.GetNextPublishSeqNo()
+	typ := order.TypeOrder
+	if m.orders > 1 {
+		typ = order.TypeBatch
+	}
+	b := m.bounce()
 	err := p.ch.Publish(p.exchange, broker.RoutingKey, true, false, amqp.Publishing{
 		ContentType:   order.ContentType,
 		DeliveryMode:  amqp.Persistent,
-		MessageId:     e.orderID,
-		CorrelationId: e.id, // the entry, for matching a return (bounce)
+		MessageId:     b.orderID,
+		CorrelationId: b.entry, // the first order's entry, for matching a return (bounce)
 		Timestamp:     time.Now(),
-		Type:          "order",
+		Type:          typ,
 		AppId:         "flashgate",
-		Body:          e.body,
+		Headers:       amqp.Table{order.CountHeader: int32(m.orders)},
+		Body:          m.body,
 	})
 	if err != nil {
 		return fmt.Errorf("relay: publish: %w", err)
 	}
-	p.inflight = append(p.inflight, e)
-	p.n.inFlight.Store(int64(len(p.inflight)))
-	p.n.published.Add(1)
+	p.inflight = append(p.inflight, m)
+	p.inflightLen += m.orders
+	p.n.inFlight.Store(int64(p.inflightLen))
+	p.n.messages.Add(1)
+	p.n.published.Add(uint64(m.orders))
 	return nil
 }
 
@@ -213,35 +291,40 @@ returns:
 		}
 		return fmt.Errorf("relay: confirm for delivery tag %d, expected %d", c.DeliveryTag, want)
 	}
-	e := p.inflight[0]
+	m := p.inflight[0]
 	p.inflight[0] = nil
 	p.inflight = p.inflight[1:]
-	p.n.inFlight.Store(int64(len(p.inflight)))
-	switch {
+	p.inflightLen -= m.orders
+	p.n.inFlight.Store(int64(p.inflightLen))
+	n := uint64(m.orders)
+	switch k := m.bounce(); {
 	case !c.Ack:
-		p.n.nacked.Add(1)
-		p.retryLater(e)
-	case p.bounced[bounce{e.orderID, e.id}] > 0:
-		k := bounce{e.orderID, e.id}
+		p.n.nacked.Add(n)
+		p.retryLater(m)
+	case p.bounced[k] > 0:
 		if p.bounced[k]--; p.bounced[k] == 0 {
 			delete(p.bounced, k)
 		}
-		p.n.returned.Add(1)
-		p.retryLater(e)
+		p.n.returned.Add(n)
+		p.retryLater(m)
 	default:
-		p.n.confirmed.Add(1)
+		p.n.confirmed.Add(n)
 		p.retryBO.Reset()
 		p.s.Served()
-		p.onConfirmed(e)
+		for _, pt := range m.parts {
+			if pt.e.unconfirmed -= pt.to - pt.from; pt.e.unconfirmed == 0 {
+				p.onConfirmed(pt.e)
+			}
+		}
 	}
 	return nil
 }
 
-// retryLater queues e for another publish after a growing delay, so that a
+// retryLater queues m for another publish after a growing delay, so that a
 // broker that keeps refusing (a missing binding) is not hammered.
-func (p *publisher) retryLater(e *entry) {
-	e.due = time.Now().Add(p.retryBO.Next())
-	p.retry = append(p.retry, e)
+func (p *publisher) retryLater(m *message) {
+	m.due = time.Now().Add(p.retryBO.Next())
+	p.retry = append(p.retry, m)
 }
 
 // sessionErr says why the session's confirms stopped.
@@ -258,18 +341,18 @@ func (p *publisher) sessionErr() error {
 
 // drain waits for the confirms of what is in flight until none is left,
 // the session ends (its error) or deadline fires; it returns how many
-// publishes are still unconfirmed.
+// orders are still unconfirmed.
 func (p *publisher) drain(deadline <-chan time.Time) (int, error) {
 	for len(p.inflight) > 0 {
 		select {
 		case c, ok := <-p.confirms:
 			if err := p.settle(c, ok); err != nil {
-				return len(p.inflight), err
+				return p.inflightLen, err
 			}
 		case <-p.s.Done():
-			return len(p.inflight), p.sessionErr()
+			return p.inflightLen, p.sessionErr()
 		case <-deadline:
-			return len(p.inflight), nil
+			return p.inflightLen, nil
 		}
 	}
 	return 0, nil

@@ -3,19 +3,26 @@
 //
 // Each sale's outbox stream is read through one consumer group shared by
 // every relay, so any number of relays (one per gateway) can serve the same
-// sales at once, each entry going to one of them. An entry (an order, or a
-// change of its state: package order) is published as a persistent message
-// with the order id as message id and the entry's stream id as correlation
-// id, on a channel in confirm mode with many confirms outstanding, and
-// mandatory, so an unroutable message comes back. Only once RabbitMQ has confirmed it is the
-// entry acknowledged and deleted from the stream (XACK and XDEL in one
-// MULTI). A nack, a return or a lost connection leaves the entry pending: the
+// sales at once, each entry going to one of them. An entry is the orders
+// one reserve call accepted, or one change of an order's state (package
+// order, FromStreamEntry). The orders of one read, of one sale or many,
+// travel in messages of up to relay.message_orders orders each (one order's
+// JSON object, or an array of several), so that RabbitMQ and the consumers
+// pay per message, not per order. A message is persistent, with its first
+// order's id as message id and that order's stream entry id as correlation
+// id, published on a channel in confirm mode with many confirms
+// outstanding, and mandatory, so an unroutable message comes back. Only
+// once RabbitMQ has confirmed every message holding an entry's orders is
+// the entry acknowledged and deleted from its stream (one script call per
+// sale, scripts.RemoveEntries, which also counts the sale's orders in its
+// outbox down). A nack, a return or a lost connection leaves the entry pending: the
 // relay publishes it again, and entries left pending by a relay that died are
 // claimed by another after relay.claim_after (XAUTOCLAIM).
 //
 // Delivery to RabbitMQ is therefore at least once: a confirm lost with the
 // connection, or a claim of an entry whose relay was only slow, publishes an
-// order twice. The consumer makes duplicates harmless.
+// order twice (a nacked or lost message is published again whole). The
+// consumer makes duplicates harmless.
 //
 // The parts, one file each: the outbox (outbox.go: the sales served, what
 // is read, held, claimed and removed), the publisher (publisher.go: the
@@ -76,12 +83,13 @@ type Deps struct {
 
 // Stats are the relay's counters since start, for metrics.
 type Stats struct {
-	Published  uint64 // messages sent, retries included
-	Confirmed  uint64 // acknowledged by RabbitMQ
+	Messages   uint64 // messages sent, retries included
+	Published  uint64 // entries sent in them (orders and changes of state), retries included
+	Confirmed  uint64 // entries acknowledged by RabbitMQ
 	Removed    uint64 // confirmed entries acknowledged and deleted in Redis
-	Nacked     uint64 // refused by RabbitMQ (kept for retry)
-	Returned   uint64 // unroutable (kept for retry)
-	Lost       uint64 // in flight when the channel or connection closed (kept for retry)
+	Nacked     uint64 // entries refused by RabbitMQ (kept for retry)
+	Returned   uint64 // entries returned unroutable (kept for retry)
+	Lost       uint64 // entries in flight when the channel or connection closed (kept for retry)
 	Claimed    uint64 // pending entries taken over with XAUTOCLAIM
 	Malformed  uint64 // entries that are not orders (left in the stream, never published)
 	Reconnects uint64 // RabbitMQ sessions opened after the first
@@ -129,7 +137,7 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 	if deps.Redis == nil {
 		return nil, errors.New("relay: no Redis client")
 	}
-	if cfg.Relay.Batch < 1 || cfg.Relay.MaxInFlight < 1 || cfg.Relay.ClaimAfter <= 0 || cfg.Relay.Poll <= 0 {
+	if cfg.Relay.Batch < 1 || cfg.Relay.MaxInFlight < 1 || cfg.Relay.MessageOrders < 1 || cfg.Relay.ClaimAfter <= 0 || cfg.Relay.Poll <= 0 {
 		return nil, fmt.Errorf("relay: bad settings %+v", cfg.Relay)
 	}
 	if cfg.AMQP.URL == "" || cfg.AMQP.Exchange == "" || cfg.AMQP.Queue == "" {
@@ -159,7 +167,7 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 		claimEvery: max(cfg.Relay.ClaimAfter/2, cfg.Relay.Poll),
 		poll:       cfg.Relay.Poll,
 	}
-	r.pub = newPublisher(cfg.AMQP.Exchange, cfg.Relay.MaxInFlight, r.ob.confirmed)
+	r.pub = newPublisher(cfg.AMQP.Exchange, cfg.Relay.MaxInFlight, cfg.Relay.MessageOrders, r.ob.confirmed)
 	r.loop = broker.Loop{
 		AMQP:  cfg.AMQP,
 		Name:  "flashgate relay " + name,
@@ -178,6 +186,7 @@ func (r *Relay) Name() string { return r.name }
 func (r *Relay) Stats() Stats {
 	p, o := &r.pub.n, &r.ob.n
 	s := Stats{
+		Messages:   p.messages.Load(),
 		Published:  p.published.Load(),
 		Confirmed:  p.confirmed.Load(),
 		Removed:    o.removed.Load(),

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // addOrders writes n entries to the sale's outbox the way the reserve script
@@ -98,20 +100,44 @@ func consumeUntil(t *testing.T, ch *amqp.Channel, queue string, want []string, t
 			if !ok {
 				t.Fatalf("deliveries closed with %d orders missing", len(missing))
 			}
-			o, err := order.Unmarshal(d.Body)
-			if err != nil {
-				t.Fatalf("message %q is not an order: %v", d.Body, err)
+			for _, o := range ordersOf(t, d) {
+				got[o.OrderID]++
+				delete(missing, o.OrderID)
 			}
-			if d.MessageId != o.OrderID || d.ContentType != order.ContentType || d.DeliveryMode != amqp.Persistent {
-				t.Fatalf("message properties: id %q (order %q), type %q, mode %d", d.MessageId, o.OrderID, d.ContentType, d.DeliveryMode)
-			}
-			got[o.OrderID]++
-			delete(missing, o.OrderID)
 		case <-deadline:
 			t.Fatalf("after %v, %d of %d orders have not arrived", timeout, len(missing), len(want))
 		}
 	}
 	return got
+}
+
+// ordersOf decodes a message of one order or a batch and, when the relay
+// sent it, checks its properties: persistent, JSON, the type saying which, the
+// first order's id as message id.
+func ordersOf(t *testing.T, d amqp.Delivery) []order.Order {
+	t.Helper()
+	parts, err := order.Split(d.Body)
+	if err != nil {
+		t.Fatalf("message %q: %v", d.Body, err)
+	}
+	os := make([]order.Order, len(parts))
+	for i, p := range parts {
+		if os[i], err = order.Unmarshal(p); err != nil {
+			t.Fatalf("message %q: element %d is not an order: %v", d.Body, i, err)
+		}
+	}
+	typ := order.TypeOrder
+	if len(os) > 1 {
+		typ = order.TypeBatch
+	}
+	if d.AppId != "flashgate" {
+		return os // a test's own message (publishFiller)
+	}
+	if d.MessageId != os[0].OrderID || d.CorrelationId == "" || d.ContentType != order.ContentType || d.DeliveryMode != amqp.Persistent || d.Type != typ {
+		t.Fatalf("message properties: id %q (first order %q), correlation id %q, content type %q, mode %d, type %q (%d orders)",
+			d.MessageId, os[0].OrderID, d.CorrelationId, d.ContentType, d.DeliveryMode, d.Type, len(os))
+	}
+	return os
 }
 
 // waitFor polls cond until it holds or the timeout passes.
@@ -159,6 +185,128 @@ func TestPublishesThenDeletes(t *testing.T) {
 	s := r.Stats()
 	if s.Confirmed < 1000 || s.Published < s.Confirmed || s.Malformed != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestMessagesCarryBatches: the entries of a read travel in messages of
+// up to relay.message_orders each, of one sale or several, and every entry
+// arrives once; with 1, every message is one order, as before batches.
+func TestMessagesCarryBatches(t *testing.T) {
+	for _, per := range []int{1, 50} {
+		t.Run(strconv.Itoa(per), func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.Relay.MessageOrders = per
+			want := append(e.addOrders("sale-a", 400), e.addOrders("sale-b", 200)...)
+			r, _ := e.startRelay("r1")
+			tag := "test-" + localstack.RandomHex(4)
+			deliveries, err := e.ch.Consume(e.cfg.AMQP.Queue, tag, true, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = e.ch.Cancel(tag, false) }()
+			got := map[string]int{}
+			messages, largest := 0, 0
+			timeout := time.After(30 * time.Second)
+			for len(got) < len(want) {
+				select {
+				case d := <-deliveries:
+					os := ordersOf(t, d)
+					messages++
+					largest = max(largest, len(os))
+					for _, o := range os {
+						got[o.OrderID]++
+					}
+				case <-timeout:
+					t.Fatalf("%d of %d orders arrived", len(got), len(want))
+				}
+			}
+			for _, id := range want {
+				if got[id] != 1 {
+					t.Errorf("order %s arrived %d times", id, got[id])
+				}
+			}
+			if largest > per || per > 1 && messages >= len(want) {
+				t.Errorf("%d messages for %d orders, the largest of %d; relay.message_orders %d", messages, len(want), largest, per)
+			}
+			waitFor(t, 10*time.Second, "outboxes not emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
+			if s := r.Stats(); s.Messages != uint64(messages) || s.Confirmed != uint64(len(want)) {
+				t.Errorf("stats: %d messages, %d entries confirmed; the queue had %d messages of %d orders", s.Messages, s.Confirmed, messages, len(want))
+			}
+			t.Logf("%d orders in %d messages, the largest of %d", len(want), messages, largest)
+		})
+	}
+}
+
+// addBatches writes entries of the reserve script's batch form to the
+// sale's outbox, each of per orders, counts them in meta outq as the
+// script does, registers the sale and returns the order ids.
+func (e *env) addBatches(sale string, entries, per int) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.rdb.SAdd(ctx, e.keys.Sales(), sale).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < entries; i++ {
+		var lines []string
+		for j := 0; j < per; j++ {
+			id := fmt.Sprintf("%s-b%d-%d-%s", sale, i, j, localstack.RandomHex(3))
+			ids = append(ids, id)
+			lines = append(lines, fmt.Sprintf("%s\tu%d\t1\t%d\t", id, j, i*per+j+1))
+		}
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox(sale), Values: []any{
+			"sale_id", sale, "reserved_at", strconv.FormatInt(time.Now().UnixMilli(), 10), "state", "confirmed", "pay_by", "0",
+			"n", strconv.Itoa(per), "orders", strings.Join(lines, "\n"),
+		}}).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := e.rdb.HIncrBy(ctx, e.keys.Meta(sale), "outq", int64(len(ids))).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+// TestBatchEntries relays entries of many orders each, with messages
+// smaller than an entry (an entry's orders spread over several messages)
+// and larger (several entries in one): every order arrives, each entry
+// leaves the outbox once all its orders are confirmed, and the sale's
+// count of orders in the outbox (meta outq) comes down to 0, not below,
+// even when an entry is removed twice.
+func TestBatchEntries(t *testing.T) {
+	for _, per := range []int{7, 100} {
+		t.Run(strconv.Itoa(per), func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.Relay.MessageOrders = per
+			want := e.addBatches("bs", 12, 20)
+			r, _ := e.startRelay("r1")
+			got := e.received(want, 30*time.Second)
+			for _, id := range want {
+				if got[id] < 1 {
+					t.Errorf("order %s never arrived", id)
+				}
+			}
+			waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("bs") })
+			ctx := context.Background()
+			if q, err := e.rdb.HGet(ctx, e.keys.Meta("bs"), "outq").Int(); err != nil || q != 0 {
+				t.Fatalf("meta outq %d (%v) after the outbox emptied, want 0", q, err)
+			}
+			s := r.Stats()
+			if s.Removed != 12 || s.Confirmed < 240 || s.Messages < uint64((240+per-1)/per) {
+				t.Errorf("stats %+v", s)
+			}
+			// A second removal of the same (gone) entries takes nothing off.
+			id := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox("bs"), Values: []any{"x", "1"}}).Val()
+			keys := []string{e.keys.Outbox("bs"), e.keys.Meta("bs")}
+			for i := 0; i < 2; i++ {
+				if err := scripts.RemoveEntries.Run(ctx, e.rdb, keys, Group, id, 5).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if q := e.rdb.HGet(ctx, e.keys.Meta("bs"), "outq").Val(); q != "-5" {
+				t.Errorf("meta outq %s after one entry of 5 removed twice, want -5 (taken off once)", q)
+			}
+		})
 	}
 }
 
@@ -471,19 +619,18 @@ func TestRelaysStateSnapshots(t *testing.T) {
 	for len(missing) > 0 {
 		select {
 		case d := <-deliveries:
-			o, err := order.Unmarshal(d.Body)
-			if err != nil {
-				t.Fatalf("message %q: %v", d.Body, err)
+			os := ordersOf(t, d)
+			first := sent{os[0].OrderID, os[0].State}
+			if prev, seen := entries[d.CorrelationId]; seen && prev != first {
+				t.Fatalf("message of %v: correlation id %q carried %v before", first, d.CorrelationId, prev)
 			}
-			m := sent{o.OrderID, o.State}
-			if prev, seen := entries[d.CorrelationId]; d.MessageId != o.OrderID || d.CorrelationId == "" || seen && prev != m {
-				t.Fatalf("message of %v: message id %q, correlation id %q (carried %v before)", m, d.MessageId, d.CorrelationId, prev)
+			entries[d.CorrelationId] = first
+			for _, o := range os {
+				if o.State == order.StatePendingPayment && o.PayBy.UnixMilli() != now+60_000 {
+					t.Fatalf("order %s: pay_by %v", o.OrderID, o.PayBy)
+				}
+				delete(missing, sent{o.OrderID, o.State})
 			}
-			entries[d.CorrelationId] = m
-			if o.State == order.StatePendingPayment && o.PayBy.UnixMilli() != now+60_000 {
-				t.Fatalf("order %s: pay_by %v", o.OrderID, o.PayBy)
-			}
-			delete(missing, m)
 		case <-timeout:
 			t.Fatalf("%d of %d messages never arrived: %v", len(missing), len(want), missing)
 		}

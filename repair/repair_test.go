@@ -124,11 +124,11 @@ func (e *env) forward() {
 	var orders []order.Order
 	var ids []string
 	for _, x := range entries {
-		o, err := order.FromStream(x.Values)
+		os, err := order.FromStreamEntry(x.Values)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		orders = append(orders, o)
+		orders = append(orders, os...)
 		ids = append(ids, x.ID)
 	}
 	if _, err := orderdb.WriteOrders(e.ctx, e.db, orders); err != nil {

@@ -366,7 +366,17 @@ func (s *stack) consumeIDs(ids []string) {
 			if !ok {
 				s.t.Fatalf("deliveries closed, %d orders missing", len(missing))
 			}
-			delete(missing, d.MessageId)
+			parts, err := order.Split(d.Body)
+			if err != nil {
+				s.t.Fatalf("message %q: %v", d.Body, err)
+			}
+			for _, p := range parts {
+				o, err := order.Unmarshal(p)
+				if err != nil {
+					s.t.Fatalf("message %q: %v", d.Body, err)
+				}
+				delete(missing, o.OrderID)
+			}
 		case <-ctx.Done():
 			s.t.Fatalf("%d of %d orders never reached the queue", len(missing), len(ids))
 		}

@@ -22,7 +22,9 @@
 --   ping                         answers 'pong' (readiness check of the script path)
 --
 -- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers,
--- outbox, window, pending, paid, cancelled, expired, buckets, moved}.
+-- outbox, window, pending, paid, cancelled, expired, buckets, moved}; outbox
+-- is meta outq, the orders and changes of state in the outbox (the reserve
+-- script), or the outbox's length for a sale that has no count yet.
 --
 -- A sale of several buckets keeps here, in its home slot, the whole stock
 -- and its settings, and moved: the units handed to its buckets and not
@@ -53,10 +55,10 @@ local created = 0
 
 local function view(code)
   local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends',
-    'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved')
+    'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved', 'outq')
   return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
     tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
-    redis.call('HLEN', KEYS[2]), redis.call('XLEN', KEYS[3]),
+    redis.call('HLEN', KEYS[2]), tonumber(m[14]) or redis.call('XLEN', KEYS[3]),
     tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0,
     tonumber(m[11]) or 0, tonumber(m[12]) or 1, tonumber(m[13]) or 0}
 end

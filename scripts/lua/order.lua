@@ -24,7 +24,7 @@
 -- fields of the reserve script's entry: order_id, sale_id, user_id, quantity,
 -- reserved_at (the time of the change for a record of the old form, which
 -- has none), state, pay_by (0 for none) and seq, the sale's next event
--- number (meta seq; see the reserve script).
+-- number (meta seq; see the reserve script). Each counts once in meta outq.
 --
 -- While meta hold is set (the sale may be behind MySQL after a Redis
 -- rollback; package repair clears it) pay, cancel and get answer REPAIRING
@@ -48,7 +48,7 @@ local ORDER_CONFIRMED = 18     -- a pay of an order whose sale asked none
 local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
 
 local op, channel, sale = ARGV[1], ARGV[2], ARGV[3]
-local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq')
+local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq', 'outq')
 -- TIME as late as it can be: the outbox entry's stream id (Redis's clock
 -- at the XADD) should fall in the millisecond the decision was made in.
 local t = redis.call('TIME')
@@ -112,7 +112,13 @@ local function flush()
     if soldOut then redis.call('PUBLISH', channel, sale) end
   end
   if pendingDelta ~= 0 then redis.call('HINCRBY', KEYS[1], 'pending', pendingDelta) end
-  if seq ~= seq0 then redis.call('HSET', KEYS[1], 'seq', seq) end
+  if seq ~= seq0 then
+    -- outq: see the reserve script; a sale from before it starts at the
+    -- outbox's length, the entries just added included.
+    local outq = redis.call('XLEN', KEYS[3])
+    if mh[3] then outq = tonumber(mh[3]) + seq - seq0 end
+    redis.call('HSET', KEYS[1], 'seq', seq, 'outq', outq)
+  end
   for field, n in pairs(counts) do redis.call('HINCRBY', KEYS[1], field, n) end
 end
 

@@ -5,7 +5,7 @@
 -- KEYS[1] meta hash   (stock, sold, limit, starts, ends, locked, window, pending,
 --                      seq, hold, buckets)
 -- KEYS[2] users hash  (user id -> units held)
--- KEYS[3] outbox stream (one entry per accepted order, read by the relay)
+-- KEYS[3] outbox stream (one entry per call that accepted orders, read by the relay)
 -- KEYS[4] orders hash (order id -> record "F:S:PAYBY:AT:QTY:USER", scripts/record.go)
 -- KEYS[5] due sorted set (order id -> pay_by ms, of orders awaiting payment)
 -- KEYS[6..] the idempotency keys of the reservations that carry one
@@ -19,11 +19,18 @@
 -- order is pending_payment until pay_by = now + window: it joins the due set
 -- and counts in pending; without one it is confirmed at once (pay_by 0).
 --
--- Every outbox entry of a sale carries seq, the sale's event number (meta
--- seq counts the entries of this script and of the order script), and a
--- reservation's entry carries idem, its Idempotency-Key, when it has one:
--- MySQL keeps both, so that a Redis that lost its last writes can be told
--- and repaired (package repair). While meta hold is set (the hold script:
+-- The orders one call accepts go to the outbox as one entry (the batch form
+-- of package order, order/stream.go): the fields they share (sale_id,
+-- reserved_at, state, pay_by), n, the number of orders, and orders, one line
+-- per order of order id, user id, quantity, seq and Idempotency-Key
+-- (tab-separated; no id or key holds a tab or a newline). seq is the sale's
+-- event number (meta seq counts the orders of this script and the changes of
+-- state of the order script); MySQL keeps it and the key, so that a Redis
+-- that lost its last writes can be told and repaired (package repair). Meta
+-- outq counts the orders and changes of state the outbox holds (the admin
+-- view's outbox_pending; the relay takes off an entry's n when it deletes
+-- it); a sale from before the count starts it at the outbox's length, every
+-- older entry being one. While meta hold is set (the hold script:
 -- Redis restarted or failed over since the sale was last checked against
 -- MySQL) every reservation answers REPAIRING and nothing changes.
 --
@@ -47,7 +54,7 @@ local BUCKETED = 20            -- the sale's stock is in its buckets: ask the bu
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold', 'buckets')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold', 'buckets', 'outq')
 local exists = m[1] ~= false
 local stock = tonumber(m[1]) or 0
 local sold = tonumber(m[2]) or 0
@@ -102,7 +109,7 @@ if exists then
   for i = 3, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
   prevs = redis.call('HMGET', KEYS[4], unpack(ids))
 end
-local recs, dues, seen = {}, {}, {}
+local recs, dues, seen, lines = {}, {}, {}, {}
 
 for i = 3, #ARGV, 4 do
   local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
@@ -146,14 +153,9 @@ for i = 3, #ARGV, 4 do
         sold = sold + qty
         seq = seq + 1
         redis.call('HINCRBY', KEYS[2], user, qty)
-        if ik > 0 then
-          redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
-            'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby, 'seq', seq,
-            'idem', string.match(KEYS[ik], '}:idem:(.*)$'))
-        else
-          redis.call('XADD', KEYS[3], '*', 'order_id', oid, 'sale_id', sale, 'user_id', user,
-            'quantity', qty, 'reserved_at', now, 'state', state, 'pay_by', payby, 'seq', seq)
-        end
+        local idem = ''
+        if ik > 0 then idem = string.match(KEYS[ik], '}:idem:(.*)$') end
+        lines[#lines + 1] = oid .. '\t' .. user .. '\t' .. qty .. '\t' .. seq .. '\t' .. idem
         recs[#recs + 1] = oid
         recs[#recs + 1] = 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user
         if payby > 0 then
@@ -184,6 +186,10 @@ for i = 3, #ARGV, 4 do
   out[#out + 1] = pb
 end
 
+if #lines > 0 then
+  redis.call('XADD', KEYS[3], '*', 'sale_id', sale, 'reserved_at', now, 'state', state, 'pay_by', payby,
+    'n', #lines, 'orders', table.concat(lines, '\n'))
+end
 if #recs > 0 then
   redis.call('HSET', KEYS[4], unpack(recs))
 end
@@ -191,7 +197,8 @@ if #dues > 0 then
   redis.call('ZADD', KEYS[5], unpack(dues))
 end
 if sold ~= sold0 then
-  redis.call('HSET', KEYS[1], 'sold', sold, 'seq', seq)
+  local outq = tonumber(m[11]) or redis.call('XLEN', KEYS[3]) - 1 -- less the entry just added
+  redis.call('HSET', KEYS[1], 'sold', sold, 'seq', seq, 'outq', outq + #lines)
 end
 if pending > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', pending)
