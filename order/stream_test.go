@@ -2,6 +2,7 @@ package order
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -52,4 +53,44 @@ func TestFromStreamEntryRefusesWhole(t *testing.T) {
 			t.Errorf("%s: %d orders, %v; want ErrMalformed", name, len(os), err)
 		}
 	}
+}
+
+// FuzzFromStreamEntry: whatever a batch entry holds, FromStreamEntry
+// either refuses it whole or returns exactly n valid orders, whose wire
+// forms go through a batch message and back unchanged.
+func FuzzFromStreamEntry(f *testing.F) {
+	f.Add("s", "5", "confirmed", "0", "2", "o1\tu1\t1\t1\t\no2\tu2\t3\t2\tk")
+	f.Add("s", "5", "pending_payment", "9", "1", "o1\tu1\t1\t1\tkey")
+	f.Fuzz(func(t *testing.T, sale, at, state, payBy, n, lines string) {
+		os, err := FromStreamEntry(map[string]any{"sale_id": sale, "reserved_at": at, "state": state, "pay_by": payBy, "n": n, "orders": lines})
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if fmt.Sprint(len(os)) != n {
+			t.Fatalf("%d orders, n %q", len(os), n)
+		}
+		var bodies [][]byte
+		for _, o := range os {
+			if err := o.Validate(); err != nil {
+				t.Fatalf("invalid order %+v: %v", o, err)
+			}
+			b, err := o.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies, b)
+		}
+		parts, err := Split(AppendBatch(nil, bodies...))
+		if err != nil || len(parts) != len(os) {
+			t.Fatalf("Split: %d parts, %v", len(parts), err)
+		}
+		for i, p := range parts {
+			if o, err := Unmarshal(p); err != nil || o != os[i] {
+				t.Fatalf("part %d: %+v, %v; want %+v", i, o, err, os[i])
+			}
+		}
+	})
 }
