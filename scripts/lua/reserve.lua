@@ -100,9 +100,10 @@ end
 
 -- The records of the batch's order ids, read in one call: a retried call
 -- (the reply of the first was lost) finds the records of what the first
--- accepted. The new records and due entries are written in one call each
--- at the end, so that a reservation costs the calls on its buyer and its
--- outbox entry only.
+-- accepted. The new records, due entries, buyers' units and the outbox
+-- entry are written in one call each at the end, so that a reservation
+-- costs no redis.call of its own (but the GET of its Idempotency-Key, when
+-- it has one).
 local prevs = {}
 if exists then
   local ids = {}
@@ -110,6 +111,18 @@ if exists then
   prevs = redis.call('HMGET', KEYS[4], unpack(ids))
 end
 local recs, dues, seen, lines = {}, {}, {}, {}
+
+-- The units the batch's buyers hold, read in one call when the sale is open
+-- (a buyer at the limit hears limit_reached before sold_out), and kept here as the batch changes them (a buyer may be in
+-- the batch twice); the changed ones are written back in one call at the
+-- end.
+local held, changed = {}, {}
+if exists and not (starts > 0 and now < starts) and not (ends > 0 and now >= ends) and not locked then
+  local users = {}
+  for i = 4, #ARGV, 4 do users[#users + 1] = ARGV[i] end
+  local hs = redis.call('HMGET', KEYS[2], unpack(users))
+  for j, u in ipairs(users) do held[u] = tonumber(hs[j]) or 0 end
+end
 
 for i = 3, #ARGV, 4 do
   local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
@@ -145,14 +158,15 @@ for i = 3, #ARGV, 4 do
     elseif ends > 0 and now >= ends then code = ENDED
     elseif locked then code = LOCKED
     else
-      local held = tonumber(redis.call('HGET', KEYS[2], user)) or 0
-      if held + qty > limit then code = LIMIT_REACHED
+      local h = held[user] or 0
+      if h + qty > limit then code = LIMIT_REACHED
       elseif stock - sold <= 0 then code = SOLD_OUT
       elseif stock - sold < qty then code = INSUFFICIENT_STOCK
       else
         sold = sold + qty
         seq = seq + 1
-        redis.call('HINCRBY', KEYS[2], user, qty)
+        held[user] = h + qty
+        changed[user] = true
         local idem = ''
         if ik > 0 then idem = string.match(KEYS[ik], '}:idem:(.*)$') end
         lines[#lines + 1] = oid .. '\t' .. user .. '\t' .. qty .. '\t' .. seq .. '\t' .. idem
@@ -187,6 +201,12 @@ for i = 3, #ARGV, 4 do
 end
 
 if #lines > 0 then
+  local hs = {}
+  for u in pairs(changed) do
+    hs[#hs + 1] = u
+    hs[#hs + 1] = held[u]
+  end
+  redis.call('HSET', KEYS[2], unpack(hs))
   redis.call('XADD', KEYS[3], '*', 'sale_id', sale, 'reserved_at', now, 'state', state, 'pay_by', payby,
     'n', #lines, 'orders', table.concat(lines, '\n'))
 end
