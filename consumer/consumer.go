@@ -128,16 +128,19 @@ type Stats struct {
 // Consumer is one RabbitMQ → MySQL consumer. Run it once; Stats is safe for
 // concurrent use.
 type Consumer struct {
-	cfg      config.Consumer
-	amqp     config.AMQP
-	shutdown time.Duration
-	db       *sql.DB
-	rdb      redis.UniversalClient
-	loader   *scripts.Loader
-	keys     scripts.Keys
-	log      *zap.Logger
-	name     string
-	loop     broker.Loop
+	cfg config.Consumer
+	// messageOrders is relay.message_orders: the orders a message carries
+	// at most.
+	messageOrders int
+	amqp          config.AMQP
+	shutdown      time.Duration
+	db            *sql.DB
+	rdb           redis.UniversalClient
+	loader        *scripts.Loader
+	keys          scripts.Keys
+	log           *zap.Logger
+	name          string
+	loop          broker.Loop
 
 	started atomic.Bool
 	seq     int
@@ -160,7 +163,7 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 	if deps.Redis != nil && deps.Loader == nil {
 		return nil, errors.New("consumer: a Redis client needs a script loader")
 	}
-	if cfg.Consumer.Prefetch < 1 || cfg.Consumer.BatchSize < 1 || cfg.Consumer.BatchWait < 0 {
+	if cfg.Consumer.Prefetch < 1 || cfg.Consumer.BatchSize < 1 || cfg.Consumer.BatchWait < 0 || cfg.Relay.MessageOrders < 1 {
 		return nil, fmt.Errorf("consumer: bad settings %+v", cfg.Consumer)
 	}
 	if cfg.AMQP.URL == "" || cfg.AMQP.Exchange == "" || cfg.AMQP.Queue == "" {
@@ -175,16 +178,17 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 		name = broker.InstanceName("consumer")
 	}
 	c := &Consumer{
-		cfg:      cfg.Consumer,
-		amqp:     cfg.AMQP,
-		shutdown: cfg.Shutdown.Timeout,
-		db:       deps.DB,
-		rdb:      deps.Redis,
-		loader:   deps.Loader,
-		keys:     scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
-		log:      log,
-		name:     name,
-		observe:  deps.ObserveWrite,
+		cfg:           cfg.Consumer,
+		messageOrders: cfg.Relay.MessageOrders,
+		amqp:          cfg.AMQP,
+		shutdown:      cfg.Shutdown.Timeout,
+		db:            deps.DB,
+		rdb:           deps.Redis,
+		loader:        deps.Loader,
+		keys:          scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
+		log:           log,
+		name:          name,
+		observe:       deps.ObserveWrite,
 		loop: broker.Loop{
 			AMQP:    cfg.AMQP,
 			Name:    "flashgate consumer " + name,
@@ -279,12 +283,23 @@ func (c *Consumer) migrate(ctx context.Context) error {
 	return err
 }
 
+// prefetch is the number of messages one consumer holds unacknowledged:
+// consumer.prefetch counts orders, and a message carries up to
+// relay.message_orders of them (the relay's setting, which a consumer is
+// given alike). Were it counted in messages, the first consumer to
+// subscribe to a filled queue would take nearly all of it (512 messages of
+// 128 orders) and the others would wait: N consumers would drain no faster
+// than one.
+func (c *Consumer) prefetch() int {
+	return max(1, (c.cfg.Prefetch+c.messageOrders-1)/c.messageOrders)
+}
+
 // session consumes on one RabbitMQ session until it breaks or ctx ends. Its
 // handled batches mark the session served, so that the next one starts the
 // backoff over.
 func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark) error {
 	ch := s.Channel
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+	if err := ch.Qos(c.prefetch(), 0, false); err != nil {
 		return fmt.Errorf("consumer: qos: %w", err)
 	}
 	c.seq++

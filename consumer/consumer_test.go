@@ -201,3 +201,21 @@ func TestDataErrorIsolatesTheOrder(t *testing.T) {
 		t.Fatalf("units %d ledger %d", units, lu)
 	}
 }
+
+// The prefetch counts orders: a consumer takes consumer.prefetch ÷
+// relay.message_orders messages at a time, so that a second consumer on a
+// filled queue of batch messages gets its share.
+func TestPrefetchCountsOrders(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct{ prefetch, per, want int }{{512, 128, 4}, {512, 1, 512}, {100, 128, 1}, {513, 128, 5}} {
+		cfg := *e.cfg
+		cfg.Consumer.Prefetch, cfg.Relay.MessageOrders = c.prefetch, c.per
+		con, err := New(&cfg, Deps{DB: e.db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := con.prefetch(); got != c.want {
+			t.Errorf("prefetch %d orders, %d per message: %d messages, want %d", c.prefetch, c.per, got, c.want)
+		}
+	}
+}

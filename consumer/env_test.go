@@ -53,6 +53,9 @@ func newEnv(t *testing.T) *env {
 	cfg := localstack.Isolated(t)
 	cfg.Shutdown.Timeout = 10 * time.Second
 	cfg.Consumer.BatchWait = 5 * time.Millisecond
+	// The tests publish messages of one order mostly: the prefetch
+	// (consumer.prefetch orders) is then as many messages.
+	cfg.Relay.MessageOrders = 1
 	db := orderdbtest.Open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
