@@ -220,7 +220,7 @@ var settings = []setting{
 			return nil
 		},
 		get: func(c *Config) string { return c.Consumer.MetricsAddr }},
-	intSetting("FLASHGATE_CONSUMER_PREFETCH", "consumer.prefetch", "512", "orders one consumer holds unacknowledged: it takes this ÷ relay.message_orders messages at a time (give consumers the gateways' relay.message_orders)", 1, 65535,
+	intSetting("FLASHGATE_CONSUMER_PREFETCH", "consumer.prefetch", "2048", "orders one consumer holds unacknowledged: it takes this ÷ relay.message_orders messages at a time (give consumers the gateways' relay.message_orders)", 1, 65535,
 		func(c *Config) *int { return &c.Consumer.Prefetch }),
 	intSetting("FLASHGATE_CONSUMER_BATCH_SIZE", "consumer.batch_size", "256", "orders written in one MySQL transaction", 1, 10000,
 		func(c *Config) *int { return &c.Consumer.BatchSize }),
