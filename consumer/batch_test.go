@@ -85,14 +85,7 @@ func TestBatchMessageWrittenOnce(t *testing.T) {
 	if s := c.Stats(); s.Deliveries != 2 || s.Orders != 14 || s.Inserted != 7 || s.DeadLettered != 0 || s.Redelivered != 0 {
 		t.Fatalf("stats %+v; want 2 deliveries, 14 orders, 7 inserted", s)
 	}
-	waitFor(t, 10*time.Second, "orders not marked created", func() bool {
-		for _, o := range os {
-			if v := e.rdb.HGet(ctx, e.keys.Orders("s"), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitMarked("s", os)
 	var m bytes.Buffer
 	c.WriteMetrics(&m)
 	for _, series := range []string{

@@ -36,14 +36,7 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 	if s := c.Stats(); s.Inserted != 3 || s.Duplicates != 3 {
 		t.Fatalf("stats %+v", s)
 	}
-	waitFor(t, 10*time.Second, "orders not marked created", func() bool {
-		for _, o := range os {
-			if v := e.rdb.HGet(ctx, e.keys.Orders("s"), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitMarked("s", os)
 	var m bytes.Buffer
 	c.WriteMetrics(&m)
 	for _, series := range []string{
@@ -112,14 +105,7 @@ func TestConsumerStateSnapshots(t *testing.T) {
 			t.Errorf("order %s: state %q, want %q", want.o.OrderID, st, want.state)
 		}
 	}
-	waitFor(t, 10*time.Second, "orders not marked created", func() bool {
-		for _, o := range os {
-			if v := e.rdb.HGet(ctx, e.keys.Orders("s"), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitMarked("s", os)
 }
 
 // TestPoisonMessageIsDeadLettered: a message that is not an order (an

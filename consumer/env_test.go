@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,4 +224,18 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitMarked waits until every order of os is marked created in the sale's
+// orders hash (status polling).
+func (e *env) waitMarked(sale string, os []order.Order) {
+	e.t.Helper()
+	waitFor(e.t, 10*time.Second, "orders not marked created", func() bool {
+		for _, o := range os {
+			if v := e.rdb.HGet(context.Background(), e.keys.Orders(sale), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
+				return false
+			}
+		}
+		return true
+	})
 }
