@@ -296,21 +296,29 @@ func (s *stack) publishOrders(sale string, n int) []order.Order {
 	}
 	os := make([]order.Order, n)
 	now := time.UnixMilli(time.Now().UnixMilli()).UTC()
-	const window = 2000
-	var pending []*amqp.DeferredConfirmation
+	bodies := make([][]byte, n)
 	for i := range os {
 		os[i] = order.Order{OrderID: fmt.Sprintf("%s-%s-%d", sale, s.id, i), SaleID: sale, UserID: "u" + strconv.Itoa(i), Quantity: 1 + i%2, ReservedAt: now}
 		body, err := os[i].Marshal()
 		if err != nil {
 			s.t.Fatal(err)
 		}
+		bodies[i] = body
+	}
+	// In messages of relay.message_orders orders, as the relay sends them.
+	per := max(1, s.cfg.Relay.MessageOrders)
+	const window = 64
+	var pending []*amqp.DeferredConfirmation
+	for start := 0; start < n; start += per {
+		part := bodies[start:min(start+per, n)]
 		dc, err := sess.Channel.PublishWithDeferredConfirm(s.cfg.AMQP.Exchange, broker.RoutingKey, true, false,
-			amqp.Publishing{ContentType: order.ContentType, DeliveryMode: amqp.Persistent, MessageId: os[i].OrderID, Body: body})
+			amqp.Publishing{ContentType: order.ContentType, DeliveryMode: amqp.Persistent, MessageId: os[start].OrderID,
+				Type: order.TypeBatch, Headers: amqp.Table{order.CountHeader: int32(len(part))}, Body: order.AppendBatch(nil, part...)})
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		pending = append(pending, dc)
-		if len(pending) == window || i == n-1 {
+		if len(pending) == window || start+per >= n {
 			for _, dc := range pending {
 				if ok, err := dc.WaitContext(ctx); err != nil || !ok {
 					s.t.Fatalf("publish not confirmed: %v", err)
