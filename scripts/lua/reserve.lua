@@ -113,9 +113,9 @@ end
 local recs, dues, seen, lines = {}, {}, {}, {}
 
 -- The units the batch's buyers hold, read in one call when the sale is open
--- (a buyer at the limit hears limit_reached before sold_out), and kept here as the batch changes them (a buyer may be in
--- the batch twice); the changed ones are written back in one call at the
--- end.
+-- (a buyer at the limit hears limit_reached before sold_out), and kept here
+-- as the batch changes them (a buyer may be in the batch twice); the
+-- changed ones are written back in one call at the end.
 local held, changed = {}, {}
 if exists and not (starts > 0 and now < starts) and not (ends > 0 and now >= ends) and not locked then
   local users = {}
