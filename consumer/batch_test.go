@@ -86,23 +86,15 @@ func TestBatchMessageWrittenOnce(t *testing.T) {
 		t.Fatalf("stats %+v; want 2 deliveries, 14 orders, 7 inserted", s)
 	}
 	e.waitMarked("s", os)
-	var m bytes.Buffer
-	c.WriteMetrics(&m)
-	for _, series := range []string{
+	wantSeries(t, c,
 		"flashgate_consumer_deliveries_total 2\n",
 		"flashgate_consumer_orders_total 14\n",
 		"flashgate_consumer_inserted_total 7\n",
 		"flashgate_consumer_duplicates_total 7\n",
 		"flashgate_consumer_dead_lettered_total 0\n",
-	} {
-		if !strings.Contains(m.String(), series) {
-			t.Errorf("metrics lack %q:\n%s", series, m.String())
-		}
-	}
+	)
 	stop()
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue: not acknowledged", n)
-	}
+	e.wantAcked()
 }
 
 // TestMixedMessagesInOneCollect: single-order messages (the format older
@@ -152,9 +144,7 @@ func TestMixedMessagesInOneCollect(t *testing.T) {
 		t.Fatalf("dead-letter queue holds %d messages, want the poison alone", len(dead))
 	}
 	stop()
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue: not acknowledged", n)
-	}
+	e.wantAcked()
 }
 
 // TestBatchMalformedOrderDeadLetteredAlone: orders of a batch that are not
@@ -185,9 +175,7 @@ func TestBatchMalformedOrderDeadLetteredAlone(t *testing.T) {
 	if s := c.Stats(); s.Deliveries != 1 || s.Orders != 3 || s.Inserted != 3 || s.DeadLettered != 2 || s.Redelivered != 0 {
 		t.Fatalf("stats %+v; want 1 delivery, 3 orders, 2 dead-lettered, nothing delivered again", s)
 	}
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue: the batch was not acknowledged", n)
-	}
+	e.wantAcked()
 }
 
 // TestUnsplittableBatchDeadLetteredWhole: a message that is not one order
@@ -283,9 +271,7 @@ func TestBatchDataErrorIsolatesTheOrder(t *testing.T) {
 	if s := c.Stats(); s.DeadLettered != 2 || s.Redelivered != 0 {
 		t.Fatalf("stats %+v; want 2 dead-lettered, nothing delivered again", s)
 	}
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue: not acknowledged", n)
-	}
+	e.wantAcked()
 }
 
 // TestBatchLargerThanBatchSize: a message carrying more orders than
@@ -319,9 +305,7 @@ func TestBatchLargerThanBatchSize(t *testing.T) {
 	if n := largest.Load(); n > 5 {
 		t.Fatalf("a transaction of %d orders; batch_size is 5", n)
 	}
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue: not acknowledged", n)
-	}
+	e.wantAcked()
 }
 
 // TestDeadLetterFailureAcknowledgesNothing: when the broker cannot take an
@@ -357,7 +341,5 @@ func TestDeadLetterFailureAcknowledgesNothing(t *testing.T) {
 	if rows, u, lu, lo := e.totals("s"); rows != 3 || u != units(good...) || lu != u || lo != 3 {
 		t.Fatalf("rows %d units %d ledger %d/%d; want 3 rows, counted once", rows, u, lu, lo)
 	}
-	if n, _ := e.queued(); n != 0 {
-		t.Fatalf("%d messages back in the queue", n)
-	}
+	e.wantAcked()
 }

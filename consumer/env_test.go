@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -238,4 +239,26 @@ func (e *env) waitMarked(sale string, os []order.Order) {
 		}
 		return true
 	})
+}
+
+// wantAcked fails the test when the queue holds messages: what the
+// consumer had was not all acknowledged.
+func (e *env) wantAcked() {
+	e.t.Helper()
+	if n, _ := e.queued(); n != 0 {
+		e.t.Fatalf("%d messages back in the queue: not acknowledged", n)
+	}
+}
+
+// wantSeries fails the test unless c's metrics hold every one of series
+// (a name and value, or a name's prefix).
+func wantSeries(t *testing.T, c *Consumer, series ...string) {
+	t.Helper()
+	var m bytes.Buffer
+	c.WriteMetrics(&m)
+	for _, s := range series {
+		if !strings.Contains(m.String(), s) {
+			t.Errorf("metrics lack %q:\n%s", s, m.String())
+		}
+	}
 }
