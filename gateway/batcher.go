@@ -17,38 +17,58 @@ import (
 // lone buyer pays nothing. With parallel > 1, that many calls of one sale
 // may be out at once, overlapping the gateway's work with Redis's.
 //
+// A sale of several buckets has a queue per bucket (a script call serves
+// one bucket), and its buckets share the sale's parallel calls: while they
+// are all out, a bucket's buyers wait for one to return, and then the
+// bucket whose first buyer has waited longest goes. So its batches grow as
+// large as those of a sale of one bucket, and each order costs Redis as
+// little (a call's fixed cost is most of a small batch's). A bucket whose
+// queue holds a full batch (maxSize) sends it at once besides, with up to
+// parallel calls of its own out: waiting could not make that batch larger,
+// and it is how a sale hotter than one primary gets the K primaries of its
+// buckets working at once.
+//
 // No goroutine is started: a buyer whose call is going out does the work;
 // when its call returns it takes the next batch from the queue and hands it
 // to the first buyer in it, who sends it. It is safe for concurrent use.
 type batcher struct {
 	store       *Store
 	maxSize     int           // reservations per script call; 1 turns batching off
-	parallel    int           // script calls of one sale in flight at once
+	parallel    int           // script calls of one sale in flight at once (a full batch of a bucket aside)
 	maxInFlight int           // reservations in flight per sale beyond which buys are shed (0: no limit)
 	timeout     time.Duration // a reservation not sent within this is answered 503
 
 	mu    sync.Mutex
-	lanes map[string]*lane
+	sales map[string]*saleQueue
 
 	calls, reservations atomic.Uint64 // script calls made, reservations they carried
 	sizes               *metrics.PrometheusHistogram
 }
 
-// lane is one sale's queue.
-type lane struct {
-	mu      sync.Mutex
-	waiting []*call
-	out     int // calls of this sale in flight (their leaders will hand over)
-	users   int // reservations in flight for this sale on this gateway
+// saleQueue is one sale's reservations on this gateway: a queue per lane
+// (the sale, or each of its buckets that has buyers in flight).
+type saleQueue struct {
+	mu     sync.Mutex
+	queues []*queue // lanes with buyers waiting or calls out; one for a sale of one bucket
+	out    int      // calls of this sale in flight (their leaders will hand over)
+	users  int      // reservations in flight for this sale on this gateway (batcher.mu)
 }
 
-// call is one buyer's reservation in a lane.
+// queue is the buyers of one lane waiting for a script call.
+type queue struct {
+	lane    string
+	waiting []*call
+	out     int // calls of this lane in flight
+}
+
+// call is one buyer's reservation in a queue.
 type call struct {
 	r        Reservation
 	deadline time.Time
 	res      Result
 	err      error
 	batch    []*call // set before done receives true: the batch to send
+	q        *queue  // set with batch: the queue it was taken from
 	// done receives true when this buyer must send batch, false when
 	// res/err are set.
 	done chan bool
@@ -58,24 +78,25 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan bool, 1)
 
 func newBatcher(store *Store, maxSize, parallel, maxInFlight int, timeout time.Duration) *batcher {
 	return &batcher{store: store, maxSize: maxSize, parallel: max(parallel, 1), maxInFlight: maxInFlight,
-		timeout: timeout, lanes: map[string]*lane{}}
+		timeout: timeout, sales: map[string]*saleQueue{}}
 }
 
-// reserve reserves r on sale, batched with whatever else is in flight for
-// that sale (unless batching is off). It blocks for at most about two Redis
-// timeouts. It returns ErrRateLimited at once when the sale already has
-// maxInFlight reservations in flight on this gateway, and an error wrapping
-// ErrUnavailable when Redis did not answer in time.
-func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
-	l, ok := b.acquire(sale)
-	defer b.release(sale, l)
+// reserve reserves r on lane, the sale or the buyer's bucket of it, batched
+// with whatever else is in flight for that sale (unless batching is off). It
+// blocks for at most about two Redis timeouts. It returns ErrRateLimited at
+// once when the sale already has maxInFlight reservations in flight on this
+// gateway, and an error wrapping ErrUnavailable when Redis did not answer in
+// time.
+func (b *batcher) reserve(sale, lane string, r Reservation) (Result, error) {
+	sq, ok := b.acquire(sale)
+	defer b.release(sale, sq)
 	if !ok {
 		return Result{}, ErrRateLimited
 	}
 	if b.maxSize <= 1 {
 		var out [1]Result
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.store.Reserve(ctx, sale, []Reservation{r}, out[:])
+		err := b.store.Reserve(ctx, lane, []Reservation{r}, out[:])
 		cancel()
 		b.calls.Add(1)
 		b.reservations.Add(1)
@@ -84,24 +105,17 @@ func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
 
 	c := callPool.Get().(*call)
 	c.r, c.deadline = r, time.Now().Add(b.timeout)
-	l.mu.Lock()
-	l.waiting = append(l.waiting, c)
-	var batch []*call
-	var expired []*call
-	lead := l.out < b.parallel
-	if lead {
-		// Fewer calls out than allowed means the queue was empty: c is
-		// its head, and leaves now.
-		l.out++
-		batch, expired = b.take(l, time.Now())
-	}
-	l.mu.Unlock()
+	sq.mu.Lock()
+	q := sq.queue(lane)
+	q.waiting = append(q.waiting, c)
+	leave, expired := b.dispatch(sq, time.Now())
+	sq.mu.Unlock()
 	answerExpired(expired)
-	if !lead && <-c.done {
-		batch, lead = c.batch, true
+	if !handOff(leave, c) {
+		<-c.done // true: c.batch is set; false: res/err are
 	}
-	if lead {
-		b.send(sale, l, batch)
+	if c.batch != nil {
+		b.send(sq, c.q, c.batch)
 	}
 	res, err := c.res, c.err
 	*c = call{done: c.done}
@@ -109,11 +123,84 @@ func (b *batcher) reserve(sale string, r Reservation) (Result, error) {
 	return res, err
 }
 
-// take removes the next batch from the head of l's queue, and the
-// reservations that waited past their deadline. l.mu must be held.
-func (b *batcher) take(l *lane, now time.Time) (batch, expired []*call) {
+// queue returns the queue of lane, made if the sale has none. sq.mu must
+// be held.
+func (sq *saleQueue) queue(lane string) *queue {
+	for _, q := range sq.queues {
+		if q.lane == lane {
+			return q
+		}
+	}
+	q := &queue{lane: lane}
+	sq.queues = append(sq.queues, q)
+	return q
+}
+
+// dispatch takes from sq's queues the batches that leave now: while fewer
+// than parallel calls of the sale are out, the batch of the queue whose
+// first buyer has waited longest, and any number of times a full batch of
+// a queue with fewer than parallel calls of its own out. It also removes
+// the reservations that waited past their deadline, and the queues left
+// idle. The first call of each batch returned has batch and q set. sq.mu
+// must be held.
+func (b *batcher) dispatch(sq *saleQueue, now time.Time) (leave [][]*call, expired []*call) {
+	for {
+		var pick *queue
+		for _, q := range sq.queues {
+			switch {
+			case len(q.waiting) == 0:
+			case sq.out < b.parallel:
+				if pick == nil || q.waiting[0].deadline.Before(pick.waiting[0].deadline) {
+					pick = q
+				}
+			case len(q.waiting) >= b.maxSize && q.out < b.parallel && pick == nil:
+				pick = q
+			}
+		}
+		if pick == nil {
+			break
+		}
+		batch, exp := b.take(pick, now)
+		expired = append(expired, exp...)
+		if len(batch) == 0 {
+			continue
+		}
+		pick.out++
+		sq.out++
+		batch[0].batch, batch[0].q = batch, pick
+		leave = append(leave, batch)
+	}
+	idle := 0
+	for _, q := range sq.queues {
+		if len(q.waiting) > 0 || q.out > 0 {
+			sq.queues[idle] = q
+			idle++
+		}
+	}
+	clear(sq.queues[idle:])
+	sq.queues = sq.queues[:idle]
+	return leave, expired
+}
+
+// handOff gives each batch of leave to its first buyer, who sends it; it
+// reports whether self is one of them (self then sends without being
+// woken). self may be nil.
+func handOff(leave [][]*call, self *call) (lead bool) {
+	for _, batch := range leave {
+		if batch[0] == self {
+			lead = true
+			continue
+		}
+		batch[0].done <- true
+	}
+	return lead
+}
+
+// take removes the next batch from the head of q's queue, and the
+// reservations that waited past their deadline. The sale's mu must be held.
+func (b *batcher) take(q *queue, now time.Time) (batch, expired []*call) {
 	n := 0
-	for _, c := range l.waiting {
+	for _, c := range q.waiting {
 		if n == b.maxSize {
 			break
 		}
@@ -124,9 +211,9 @@ func (b *batcher) take(l *lane, now time.Time) (batch, expired []*call) {
 		}
 		n++
 	}
-	rest := copy(l.waiting, l.waiting[n:])
-	clear(l.waiting[rest:])
-	l.waiting = l.waiting[:rest]
+	rest := copy(q.waiting, q.waiting[n:])
+	clear(q.waiting[rest:])
+	q.waiting = q.waiting[:rest]
 	return batch, expired
 }
 
@@ -139,45 +226,34 @@ func answerExpired(expired []*call) {
 	}
 }
 
-// send makes one script call for batch, whose first reservation belongs to
-// the calling buyer, then hands the next batch (if any) to its first buyer
-// and delivers the results.
-func (b *batcher) send(sale string, l *lane, batch []*call) {
-	if len(batch) > 0 {
-		rs := make([]Reservation, len(batch))
-		for i, c := range batch {
-			rs[i] = c.r
-		}
-		out := make([]Result, len(batch))
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.store.Reserve(ctx, sale, rs, out)
-		cancel()
-		b.calls.Add(1)
-		b.reservations.Add(uint64(len(rs)))
-		if b.sizes != nil {
-			b.sizes.Update(float64(len(rs)))
-		}
-		for i, c := range batch {
-			c.res, c.err = out[i], err
-		}
+// send makes one script call for batch, taken from q, whose first
+// reservation belongs to the calling buyer, then hands the batches that
+// leave next (if any) to their first buyers and delivers the results.
+func (b *batcher) send(sq *saleQueue, q *queue, batch []*call) {
+	rs := make([]Reservation, len(batch))
+	for i, c := range batch {
+		rs[i] = c.r
+	}
+	out := make([]Result, len(batch))
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	err := b.store.Reserve(ctx, q.lane, rs, out)
+	cancel()
+	b.calls.Add(1)
+	b.reservations.Add(uint64(len(rs)))
+	if b.sizes != nil {
+		b.sizes.Update(float64(len(rs)))
+	}
+	for i, c := range batch {
+		c.res, c.err = out[i], err
 	}
 
 	// Hand over first, so the next batch goes out before we deliver.
-	l.mu.Lock()
-	var next, expired []*call
-	for len(next) == 0 && len(l.waiting) > 0 {
-		var exp []*call
-		next, exp = b.take(l, time.Now())
-		expired = append(expired, exp...)
-	}
-	if len(next) == 0 {
-		l.out--
-	}
-	l.mu.Unlock()
-	if len(next) > 0 {
-		next[0].batch = next
-		next[0].done <- true
-	}
+	sq.mu.Lock()
+	q.out--
+	sq.out--
+	leave, expired := b.dispatch(sq, time.Now())
+	sq.mu.Unlock()
+	handOff(leave, nil)
 	answerExpired(expired)
 	for i, c := range batch {
 		if i > 0 {
@@ -188,26 +264,26 @@ func (b *batcher) send(sale string, l *lane, batch []*call) {
 
 // acquire counts one more reservation in flight for sale; ok is false when
 // that is over the limit (release must still be called).
-func (b *batcher) acquire(sale string) (l *lane, ok bool) {
+func (b *batcher) acquire(sale string) (sq *saleQueue, ok bool) {
 	b.mu.Lock()
-	l = b.lanes[sale]
-	if l == nil {
-		l = &lane{}
-		b.lanes[sale] = l
+	sq = b.sales[sale]
+	if sq == nil {
+		sq = &saleQueue{}
+		b.sales[sale] = sq
 	}
-	l.users++
-	ok = b.maxInFlight <= 0 || l.users <= b.maxInFlight
+	sq.users++
+	ok = b.maxInFlight <= 0 || sq.users <= b.maxInFlight
 	b.mu.Unlock()
-	return l, ok
+	return sq, ok
 }
 
-// release drops the lane of a sale nobody is buying, so that the map holds
-// only sales with buyers in flight.
-func (b *batcher) release(sale string, l *lane) {
+// release drops the queues of a sale nobody is buying, so that the map
+// holds only sales with buyers in flight.
+func (b *batcher) release(sale string, sq *saleQueue) {
 	b.mu.Lock()
-	l.users--
-	if l.users == 0 {
-		delete(b.lanes, sale)
+	sq.users--
+	if sq.users == 0 {
+		delete(b.sales, sale)
 	}
 	b.mu.Unlock()
 }

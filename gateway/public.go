@@ -129,7 +129,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 	}
 	sale, user := string(saleB), string(req.user)
 	epoch := s.closed.epoch.Load()
-	res, err := s.batch.reserve(s.store.lane(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: req.quantity, IdemKey: idem})
+	res, err := s.batch.reserve(sale, s.store.lane(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: req.quantity, IdemKey: idem})
 	if err != nil {
 		if errors.Is(err, ErrRateLimited) {
 			return writeRateLimited(ctx)
