@@ -362,7 +362,14 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 }
 
 // noscriptTries is how many times Run loads the set again for one call.
-const noscriptTries = 8
+// Each round is a load and a call, both bounded by the caller's ctx, so
+// under a script cache emptied again and again (SCRIPT FLUSH in a loop, a
+// node restarting) it is the caller's deadline that ends the rounds: a
+// buyer waits longer rather than getting a 503 it need not. The count only
+// bounds a ctx without a deadline. (8 rounds gave 503s on a cluster flushed
+// every 2 ms under the race detector: a flush fell between the load and
+// the call eight times running.)
+const noscriptTries = 64
 
 // reloadSince loads the set again unless a load succeeded after generation
 // gen: the many calls that meet one NOSCRIPT together load once.
