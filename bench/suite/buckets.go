@@ -142,6 +142,7 @@ func (s *suite) measureBuckets(ctx context.Context) error {
 	defer cl.close(s)
 	var (
 		runs    []bucketRun
+		floors  []floorRun
 		retried []string
 	)
 	for round := range *bucketRuns {
@@ -167,8 +168,17 @@ func (s *suite) measureBuckets(ctx context.Context) error {
 				runs = append(runs, r)
 			}
 		}
+		fr, err := s.rotationFloor(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("buckets, round %d: %w", round+1, err)
+		}
+		ob, oa := busiestAll(fr.one)
+		tb, ta := busiestAll(fr.turns)
+		fmt.Fprintf(os.Stderr, "buckets: floor, the same script calls on 1 primary: busiest %.2f, all %.2f µs/order; in turn on %d: busiest %.2f, all %.2f µs/order (%s)\n",
+			ob, oa, len(fr.turns), tb, ta, joinFloats(fr.turns, "%.2f"))
+		floors = append(floors, fr)
 	}
-	s.buckets = bucketsSection(runs, retried, cl.addrList(), *bucketStock, loads, s.dur, time.Since(started))
+	s.buckets = bucketsSection(runs, floors, retried, cl.addrList(), *bucketStock, loads, s.dur, time.Since(started))
 	fmt.Fprint(os.Stderr, "\n"+s.buckets)
 	return nil
 }
@@ -698,7 +708,7 @@ func joinFloats(v []float64, format string) string {
 // bucketsSection is the report's section: for each load, the figures of
 // both K and the ratios against the targets; then each run, and how it was
 // measured. loads[0] is the hot sale's, on which the targets are judged.
-func bucketsSection(runs []bucketRun, retried, addrs []string, stock int64, loads []int, dur, took time.Duration) string {
+func bucketsSection(runs []bucketRun, floors []floorRun, retried, addrs []string, stock int64, loads []int, dur, took time.Duration) string {
 	var b strings.Builder
 	rounds := 0
 	for _, r := range runs {
@@ -742,6 +752,10 @@ func bucketsSection(runs []bucketRun, retried, addrs []string, stock int64, load
 		fmt.Fprintf(&b, "| all primaries, Redis CPU per order | %s | %.2f× | ≤ %.2f× | %s |\n", loadName(i, conns), all, targetAll, verdict(allOK))
 		fmt.Fprintf(&b, "| orders/s | %s | %.2f× | | (reported) |\n", loadName(i, conns), rate)
 	}
+	if fb, fa := floorRatios(floors); fb > 0 {
+		fmt.Fprintf(&b, "| busiest primary, Redis CPU per order | floor: no buckets, the same script calls in turn on %d primaries ÷ all on one | %.2f× | | (this machine) |\n", len(addrs), fb)
+		fmt.Fprintf(&b, "| all primaries, Redis CPU per order | floor: no buckets, the same script calls in turn on %d primaries ÷ all on one | %.2f× | | (this machine) |\n", len(addrs), fa)
+	}
 
 	b.WriteString("\n- Each run, Redis CPU µs per order of each primary (node 0 + 1 + 2), where the sale's slot (home) and its buckets were:")
 	for _, r := range runs {
@@ -770,6 +784,20 @@ func bucketsSection(runs []bucketRun, retried, addrs []string, stock int64, load
 		"With the gateway up and no load, the busiest node used %.0f ms (K=%d) and %.0f ms (K=%d) of CPU per second "+
 		"(the cluster bus, the sweeper; to the 10 ms clock tick), which the figures above include.\n",
 		one.idleMsPerSecond, bucketsOne, many.idleMsPerSecond, bucketsMany)
+	if len(floors) > 0 {
+		fmt.Fprintf(&b, "- The floor, in each round: %d reserve script calls of %d new buyers each, sent one at a time by this suite (no gateway, "+
+			"no buckets), first all to one primary, then in turn to the %d; the median of turns ÷ one over the rounds. It is what doing one sale's "+
+			"work as %d processes costs on this machine, whose two cores the primaries share with the gateway and the load, so that each "+
+			"primary wakes for one call in %d: no design of buckets goes below it here, and on a cluster with a core per primary it is not there. "+
+			"Each round (µs per order, one primary's busiest and all, then in turn):",
+			floorOrders/floorBatch, floorBatch, len(addrs), len(addrs), len(addrs))
+		for _, fr := range floors {
+			ob, oa := busiestAll(fr.one)
+			tb, ta := busiestAll(fr.turns)
+			fmt.Fprintf(&b, " %.2f, %.2f; %.2f, %.2f (%s);", ob, oa, tb, ta, joinFloats(fr.turns, "%.2f"))
+		}
+		b.WriteString("\n")
+	}
 	for _, e := range retried {
 		fmt.Fprintf(&b, "- Failed once and was run again: %s.\n", e)
 	}
@@ -783,4 +811,122 @@ func loadName(i, conns int) string {
 		return fmt.Sprintf("hot sale, %d connections", conns)
 	}
 	return fmt.Sprintf("%d connections", conns)
+}
+
+// The machine's floor under K = 3 ÷ K = 1: the same reserve script calls,
+// with nothing of buckets (no pool, no moves, no turns), sent one at a time
+// from this suite either all to one primary or in turn to the three. What
+// the second costs beyond the first is what running the work of one sale
+// as three processes costs on this machine (two cores shared by three
+// primaries, a gateway and a load: each primary wakes for one call in
+// three, on whichever core is free), which no design of buckets can take
+// away; on a cluster with a core per primary it is not there.
+const (
+	floorBatch  = 48      // reservations per call: about what a bucket's call carries under the hot load
+	floorOrders = 144_000 // per variant
+)
+
+// floorRun is one measurement of the floor: Redis CPU µs per order of each
+// node, with all calls on one node and with the calls in turn on all.
+type floorRun struct{ one, turns []float64 }
+
+// rotationFloor measures one floorRun on an empty cluster.
+func (s *suite) rotationFloor(ctx context.Context, cl *localCluster) (floorRun, error) {
+	var fr floorRun
+	if err := cl.empty(ctx); err != nil {
+		return fr, err
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+	defer cc.Close()
+	keys := scripts.Keys{Prefix: "floor"}
+	loader := scripts.New(cc, "", keys)
+	if _, err := loader.Load(ctx); err != nil {
+		return fr, fmt.Errorf("floor: load the scripts: %w", err)
+	}
+	// A sale on each node, as the meta hash the admin script writes holds
+	// it (stock, limit; no buckets, no hold), found by its tag's slot.
+	var tag [6]byte
+	rand.Read(tag[:])
+	sales := make([]string, len(cl.nodes))
+	for i, found := 0, 0; found < len(sales); i++ {
+		if i == 10_000 {
+			return fr, errors.New("floor: no sale id found for every node")
+		}
+		sale := fmt.Sprintf("floor-%s-%d", hex.EncodeToString(tag[:]), i)
+		n, err := cc.MasterForKey(ctx, keys.Meta(sale))
+		if err != nil {
+			return fr, fmt.Errorf("floor: primary of %s: %w", sale, err)
+		}
+		if j := cl.node(n.Options().Addr); j >= 0 && sales[j] == "" {
+			sales[j] = sale
+			found++
+		}
+	}
+	for _, sale := range sales {
+		if err := cc.HSet(ctx, keys.Meta(sale), "stock", 2*floorOrders, "sold", 0, "limit", 1).Err(); err != nil {
+			return fr, fmt.Errorf("floor: sale %s: %w", sale, err)
+		}
+	}
+	next := 0
+	measure := func(nodes int) ([]float64, error) {
+		before, err := cl.cpu(0)
+		if err != nil {
+			return nil, err
+		}
+		args := make([]any, 0, 2+4*floorBatch)
+		for call := 0; call*floorBatch < floorOrders; call++ {
+			sale := sales[call%nodes]
+			args = append(args[:0], sale, int64(scripts.IdemTTL/time.Second))
+			for range floorBatch {
+				next++
+				args = append(args, "o"+strconv.Itoa(next), "u"+strconv.Itoa(next), 1, 0)
+			}
+			if _, err := loader.Run(ctx, scripts.Reserve, []string{keys.Meta(sale), keys.Users(sale), keys.Outbox(sale),
+				keys.Orders(sale), keys.Due(sale)}, args...); err != nil {
+				return nil, fmt.Errorf("floor: reserve on %s: %w", sale, err)
+			}
+		}
+		after, err := cl.cpu(0)
+		if err != nil {
+			return nil, err
+		}
+		per := make([]float64, len(cl.nodes))
+		for i := range per {
+			per[i] = float64(after[i]-before[i]) / float64(time.Microsecond) / floorOrders
+		}
+		return per, nil
+	}
+	var err error
+	if fr.one, err = measure(1); err != nil {
+		return fr, err
+	}
+	if fr.turns, err = measure(len(cl.nodes)); err != nil {
+		return fr, err
+	}
+	return fr, nil
+}
+
+// floorRatios are the medians over runs of turns ÷ one: the busiest node,
+// and all nodes together.
+func floorRatios(runs []floorRun) (busiest, all float64) {
+	var bs, as []float64
+	for _, r := range runs {
+		ob, oa := busiestAll(r.one)
+		tb, ta := busiestAll(r.turns)
+		if ob > 0 && oa > 0 {
+			bs, as = append(bs, tb/ob), append(as, ta/oa)
+		}
+	}
+	if len(bs) == 0 {
+		return 0, 0
+	}
+	return medianOf(bs), medianOf(as)
+}
+
+// busiestAll is the largest of v and their sum.
+func busiestAll(v []float64) (busiest, all float64) {
+	for _, x := range v {
+		busiest, all = max(busiest, x), all+x
+	}
+	return busiest, all
 }

@@ -104,18 +104,30 @@ func TestBucketFigures(t *testing.T) {
 				t.Errorf("ratios %v (%v), %v (%v); want %v (%v), %v (%v)", busiest, busiestOK, all, allOK,
 					tc.ratioBusiest, tc.busiestOK, tc.ratioAll, tc.allOK)
 			}
-			sec := bucketsSection(runs, nil, []string{"a", "b", "c"}, 1000, []int{hot, moderate}, time.Second, time.Minute)
+			floors := []floorRun{
+				// turns ÷ one, busiest and all: 0.42× and 1.20×, 0.40× and
+				// 1.15×, 0.37× and 1.02×; the medians 0.40× and 1.15×.
+				{one: []float64{10, 0.1, 0.1}, turns: []float64{4, 4.2, 4}},
+				{one: []float64{0, 0, 8}, turns: []float64{3, 3, 3.2}},
+				{one: []float64{0.2, 12, 0.2}, turns: []float64{4.4, 4, 4.2}},
+			}
+			sec := bucketsSection(runs, floors, nil, []string{"a", "b", "c"}, 1000, []int{hot, moderate}, time.Second, time.Minute)
 			for _, line := range []string{
 				fmt.Sprintf("| busiest primary, Redis CPU per order | hot sale, 256 connections | %.2f× | ≤ 0.40× | %s |", tc.ratioBusiest, passMiss(tc.busiestOK)),
 				fmt.Sprintf("| all primaries, Redis CPU per order | hot sale, 256 connections | %.2f× | ≤ 1.25× | %s |", tc.ratioAll, passMiss(tc.allOK)),
 				"| busiest primary, Redis CPU per order | 64 connections | 0.90× | ≤ 0.40× | (reported) |",
 				"| all primaries, Redis CPU per order | 64 connections | 2.70× | ≤ 1.25× | (reported) |",
+				"| busiest primary, Redis CPU per order | floor: no buckets, the same script calls in turn on 3 primaries ÷ all on one | 0.40× | | (this machine) |",
+				"| all primaries, Redis CPU per order | floor: no buckets, the same script calls in turn on 3 primaries ÷ all on one | 1.15× | | (this machine) |",
 			} {
 				if !strings.Contains(sec, line) {
 					t.Errorf("the section has no line %q:\n%s", line, sec)
 				}
 			}
 		})
+	}
+	if b, a := floorRatios(nil); b != 0 || a != 0 {
+		t.Errorf("no floor runs: ratios %v, %v", b, a)
 	}
 	if f := figuresOf(nil, bucketsOne, hot); f.runs != 0 || f.busiest != 0 {
 		t.Errorf("no runs: %+v", f)
