@@ -786,9 +786,10 @@ func bucketsSection(runs []bucketRun, floors []floorRun, retried, addrs []string
 		one.idleMsPerSecond, bucketsOne, many.idleMsPerSecond, bucketsMany)
 	if len(floors) > 0 {
 		fmt.Fprintf(&b, "- The floor, in each round: %d reserve script calls of %d new buyers each, sent one at a time by this suite (no gateway, "+
-			"no buckets), first all to one primary, then in turn to the %d; the median of turns ÷ one over the rounds. It is what doing one sale's "+
-			"work as %d processes costs on this machine, whose two cores the primaries share with the gateway and the load, so that each "+
-			"primary wakes for one call in %d: no design of buckets goes below it here, and on a cluster with a core per primary it is not there. "+
+			"no buckets), first all to one primary, then in turn to the %d; the median of turns ÷ one over the rounds. It is what doing the same "+
+			"calls as %d processes instead of one costs on this machine, whose cores the primaries share with the gateway and the load, so that each "+
+			"primary wakes for one call in %d; on a cluster with a core per primary it is not there. Where the buckets' ratios "+
+			"come below it, their calls carried more buyers each than the sale of one bucket's (script calls per order above). "+
 			"Each round (µs per order, one primary's busiest and all, then in turn):",
 			floorOrders/floorBatch, floorBatch, len(addrs), len(addrs), len(addrs))
 		for _, fr := range floors {
@@ -816,11 +817,12 @@ func loadName(i, conns int) string {
 // The machine's floor under K = 3 ÷ K = 1: the same reserve script calls,
 // with nothing of buckets (no pool, no moves, no turns), sent one at a time
 // from this suite either all to one primary or in turn to the three. What
-// the second costs beyond the first is what running the work of one sale
-// as three processes costs on this machine (two cores shared by three
-// primaries, a gateway and a load: each primary wakes for one call in
-// three, on whichever core is free), which no design of buckets can take
-// away; on a cluster with a core per primary it is not there.
+// the second costs beyond the first is what running the same work as three
+// processes costs on this machine (two cores shared by three primaries, a
+// gateway and a load: each primary wakes for one call in three, on
+// whichever core is free), which buckets cannot take away
+// but by carrying more buyers per call; on a cluster with a core per
+// primary it is not there.
 const (
 	floorBatch  = 48      // reservations per call: about what a bucket's call carries under the hot load
 	floorOrders = 144_000 // per variant
