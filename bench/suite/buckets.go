@@ -820,9 +820,9 @@ func loadName(i, conns int) string {
 // the second costs beyond the first is what running the same work as three
 // processes costs on this machine (two cores shared by three primaries, a
 // gateway and a load: each primary wakes for one call in three, on
-// whichever core is free), which buckets cannot take away
-// but by carrying more buyers per call; on a cluster with a core per
-// primary it is not there.
+// whichever core is free), which buckets cannot take away but by carrying
+// more buyers per call; on a cluster with a core per primary it is not
+// there.
 const (
 	floorBatch  = 48      // reservations per call: about what a bucket's call carries under the hot load
 	floorOrders = 144_000 // per variant
