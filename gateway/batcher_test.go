@@ -13,9 +13,9 @@ import (
 // one bucket's do; a bucket with a full batch sends it besides.
 func TestBatcherDispatch(t *testing.T) {
 	now := time.Now()
-	// q builds a queue from "lane:out:call call…"; a call is a name, and
-	// one ending in '!' has waited past its deadline. Calls are given
-	// deadlines in the order named across all queues of a row, so the
+	// A spec is one queue: its lane, its calls out, and its waiting calls
+	// by name; a name ending in '!' has waited past its deadline. Calls are
+	// given deadlines in the order named across all queues of a row, so the
 	// first named has waited longest.
 	type spec struct {
 		lane  string
