@@ -92,22 +92,10 @@ type bucketRun struct {
 }
 
 // busiest is the largest CPU per order of one primary.
-func (r bucketRun) busiest() float64 {
-	var m float64
-	for _, v := range r.primary {
-		m = max(m, v)
-	}
-	return m
-}
+func (r bucketRun) busiest() float64 { b, _ := busiestAll(r.primary); return b }
 
 // all is the primaries' CPU per order together.
-func (r bucketRun) all() float64 {
-	var sum float64
-	for _, v := range r.primary {
-		sum += v
-	}
-	return sum
-}
+func (r bucketRun) all() float64 { _, a := busiestAll(r.primary); return a }
 
 // scriptCalls is EVALSHA per order on every primary together.
 func (r bucketRun) scriptCalls() float64 {
