@@ -3,13 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
-	"net"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,37 +36,19 @@ func startOwnRedis(t *testing.T, fsync string) *ownRedis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := localstack.StartRedisServer(ctx, localstack.RedisOptions{Dir: t.TempDir(),
+		Args: []string{"--appendonly", "yes", "--appendfsync", fsync, "--save", ""}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	dir := t.TempDir()
-	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", addr[strings.LastIndexByte(addr, ':')+1:],
-		"--dir", dir, "--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no",
-		"--logfile", filepath.Join(dir, "redis.log"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	r := &ownRedis{addr: addr, ctl: redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})}
+	r := &ownRedis{addr: srv.Addr, ctl: redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})}
 	t.Cleanup(func() {
 		r.ctl.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("redis-server %s still running 30s after SIGTERM; killing it", addr)
-			_ = cmd.Process.Kill()
-			<-exited
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
 		}
-	})
-	waitFor(t, "the test's redis-server answers on "+addr, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return r.ctl.Ping(ctx).Err() == nil
 	})
 	return r
 }

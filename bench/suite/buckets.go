@@ -39,10 +39,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,6 +50,7 @@ import (
 
 	adminapi "github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/bench"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -189,7 +188,7 @@ func runBucketsOnly(ctx context.Context, out string, dur time.Duration, conns in
 // clusterNode is one primary of the suite's cluster.
 type clusterNode struct {
 	addr, bus string // client and cluster-bus addresses
-	cmd       *exec.Cmd
+	srv       *localstack.RedisServer
 	rdb       *redis.Client
 }
 
@@ -213,7 +212,7 @@ func (c *localCluster) close(s *suite) {
 		if n.rdb != nil {
 			n.rdb.Close()
 		}
-		s.stop(n.cmd)
+		n.srv.Stop()
 	}
 	os.RemoveAll(c.dir)
 }
@@ -262,41 +261,19 @@ func (s *suite) startCluster(ctx context.Context) (*localCluster, error) {
 		if err := os.Mkdir(nodeDir, 0o755); err != nil {
 			return fail(err)
 		}
-		n := &clusterNode{addr: freeAddr(), bus: freeAddr()}
 		// As cluster.sh configures the nodes of `make up-cluster`, with no
 		// automatic AOF rewrite (its fork would weigh on one round alone;
-		// each round's start rewrites it instead). On every CPU, as `make
-		// up-cluster` starts them (not on the load's, which this process
-		// would pass on).
-		n.cmd = pinned(everyCPU(), "redis-server", "--bind", "127.0.0.1", "--port", port(n.addr),
-			"--cluster-enabled", "yes", "--cluster-port", port(n.bus), "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000", "--dir", nodeDir,
-			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-			"--daemonize", "no", "--logfile", filepath.Join(nodeDir, "redis.log"))
-		if err := s.start(n.cmd, fmt.Sprintf("buckets-redis-%d", i)); err != nil {
-			return fail(err)
+		// each round's start rewrites it instead).
+		srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: nodeDir, Cluster: true, Args: []string{
+			"--cluster-node-timeout", "5000",
+			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+		if err != nil {
+			return fail(fmt.Errorf("cluster node %d: %w", i, err))
 		}
+		n := &clusterNode{addr: srv.Addr, bus: srv.Bus, srv: srv, rdb: redis.NewClient(&redis.Options{Addr: srv.Addr})}
 		c.nodes = append(c.nodes, n)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for i, n := range c.nodes {
-		// Its port first (go-redis would log every refused dial), then PING.
-		for {
-			conn, err := net.DialTimeout("tcp", n.addr, time.Second)
-			if err == nil {
-				conn.Close()
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fail(fmt.Errorf("cluster node %s did not answer (see %s)", n.addr, filepath.Join(dir, strconv.Itoa(i), "redis.log")))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		n.rdb = redis.NewClient(&redis.Options{Addr: n.addr})
-		if err := n.rdb.Ping(ctx).Err(); err != nil {
-			return fail(fmt.Errorf("cluster node %s: %w", n.addr, err))
-		}
-	}
 	// Distinct config epochs before the nodes meet, as redis-cli gives
 	// them, so that no epoch collision has to be resolved first.
 	for i, r := range slotRanges(len(c.nodes)) {
@@ -377,7 +354,7 @@ func (c *localCluster) empty(ctx context.Context) error {
 func (c *localCluster) cpu(gateway int) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, n := range c.nodes {
-		d, err := procCPU(n.cmd.Process.Pid)
+		d, err := procCPU(n.srv.Pid())
 		if err != nil {
 			return nil, fmt.Errorf("redis-server %s: %w", n.addr, err)
 		}
@@ -410,7 +387,7 @@ func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int)
 	if err := cl.empty(ctx); err != nil {
 		return r, err
 	}
-	public, admin := freeAddr(), freeAddr()
+	public, admin := freePair()
 	const prefix = "bk"
 	gw := pinned("0", s.bin, "gateway")
 	gw.Env = gatewayEnv(public, admin, prefix, []string{"FLASHGATE_REDIS_ADDRS=" + strings.Join(cl.addrList(), ","),

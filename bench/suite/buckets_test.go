@@ -201,7 +201,7 @@ func TestLocalCluster(t *testing.T) {
 	cl.close(s)
 	closed = true
 	for _, n := range cl.nodes {
-		if n.cmd.ProcessState == nil {
+		if n.srv.Running() {
 			t.Errorf("node %s still running after close", n.addr)
 		}
 	}

@@ -277,7 +277,7 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 		metrics = append(metrics, "http://"+addr+"/metrics")
 		procs = append(procs, proc{procConsumer, c.Process.Pid})
 	}
-	public, admin := freeAddr(), freeAddr()
+	public, admin := freePair()
 	gw := pinned(everyCPU(), s.bin, "gateway")
 	gw.Env = gatewayEnv(public, admin, prefix, extra)
 	if err := s.start(gw, "cost-gateway"); err != nil {

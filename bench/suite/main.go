@@ -19,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,6 +36,7 @@ import (
 
 	adminapi "github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/bench"
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 func main() {
@@ -76,6 +76,7 @@ type suite struct {
 	dur       time.Duration
 	conns     int
 	procs     []*exec.Cmd
+	servers   []*localstack.RedisServer // redis-servers of its own (startRedis)
 	rows      []row
 	notes     []string
 	cost      string // the cost-per-order section (cost.go); "" when not measured
@@ -342,13 +343,22 @@ func pinned(cpu string, name string, args ...string) *exec.Cmd {
 	return exec.Command(name, args...)
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago (localstack.FreeAddrs).
+func freeAddrs(n int) []string {
+	addrs, err := localstack.FreeAddrs(n)
 	if err != nil {
 		panic(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
+}
+
+func freeAddr() string { return freeAddrs(1)[0] }
+
+// freePair is a gateway's two addresses, public and admin.
+func freePair() (string, string) {
+	a := freeAddrs(2)
+	return a[0], a[1]
 }
 
 func (s *suite) start(cmd *exec.Cmd, logName string) error {
@@ -385,6 +395,22 @@ func (s *suite) stopAll() {
 			s.stop(c)
 		}
 	}
+	for _, r := range s.servers {
+		r.Stop()
+	}
+}
+
+// startRedis starts a redis-server of the suite's own on free ports
+// (localstack.StartRedisServer), on every CPU as `make up` starts Redis (not
+// on the load's, which this process would pass on); stopAll stops it too.
+func (s *suite) startRedis(ctx context.Context, o localstack.RedisOptions) (*localstack.RedisServer, error) {
+	o.Command = func(name string, args ...string) *exec.Cmd { return pinned(everyCPU(), name, args...) }
+	r, err := localstack.StartRedisServer(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	s.servers = append(s.servers, r)
+	return r, nil
 }
 
 func waitHTTP(ctx context.Context, url string) error {
@@ -431,7 +457,7 @@ func gatewayEnv(public, admin, prefix string, extra []string) []string {
 }
 
 func (s *suite) measureGateway(ctx context.Context, name string, env []string, o bench.Options) (*bench.Report, error) {
-	public, admin := freeAddr(), freeAddr()
+	public, admin := freePair()
 	prefix := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
 	cmd := pinned("0", s.bin, "gateway")
 	// The buy path alone: the relay finds no broker (nothing listens on
@@ -486,7 +512,7 @@ func (s *suite) drain(ctx context.Context, dsn, sale string, consumers, orders i
 	}
 	logName := fmt.Sprintf("pipeline-%s-%d", mode, consumers)
 
-	public, admin := freeAddr(), freeAddr()
+	public, admin := freePair()
 	seller := exec.Command(s.bin, "gateway")
 	seller.Env = gatewayEnv(public, admin, prefix, append(extra, "FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"))
 	if err := s.start(seller, logName+"-seller"); err != nil {
@@ -530,7 +556,7 @@ func (s *suite) drain(ctx context.Context, dsn, sale string, consumers, orders i
 		return nil
 	}
 
-	public, admin = freeAddr(), freeAddr()
+	public, admin = freePair()
 	relay := pinned(everyCPU(), s.bin, "gateway")
 	relay.Env = gatewayEnv(public, admin, prefix, extra)
 	defer s.stop(relay)

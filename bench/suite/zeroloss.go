@@ -19,9 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/bench"
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 var (
@@ -65,47 +64,25 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if dir, err = filepath.Abs(dir); err != nil { // redis-server reads paths after its chdir to --dir
-		return err
-	}
 	defer os.RemoveAll(dir)
-	addr := freeAddr()
-	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	// As deploy/local/service.sh configures the local Redis (AOF, no RDB),
 	// with no automatic AOF rewrite: a rewrite's fork in the middle of one
-	// of the runs would weigh on that run alone. On every CPU, as `make up`
-	// starts Redis (not on the load's, which this process would pass on).
-	srv := pinned(everyCPU(), "redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-		"--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"))
-	if err := s.start(srv, "zeroloss-redis"); err != nil {
-		return err
+	// of the runs would weigh on that run alone.
+	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: []string{
+		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+	if err != nil {
+		return fmt.Errorf("the suite's redis-server: %w", err)
 	}
-	defer s.stop(srv)
-	// Its port first (go-redis would log every refused dial), then PING.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("the suite's redis-server on %s did not answer (see .run/bench/zeroloss-redis.log)", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer srv.Stop()
+	addr := srv.Addr
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("the suite's redis-server on %s: %w", addr, err)
-	}
 
 	policies := []string{"everysec", "always"}
 	runs := map[string][]zlRun{}
 	for range max(*zeroLossRuns, 1) {
 		for _, fsync := range policies {
-			r, err := s.zeroLossRun(ctx, rdb, srv.Process.Pid, addr, fsync)
+			r, err := s.zeroLossRun(ctx, rdb, srv.Pid(), addr, fsync)
 			if err != nil {
 				return fmt.Errorf("appendfsync %s: %w", fsync, err)
 			}
@@ -166,7 +143,7 @@ func (s *suite) zeroLossRun(ctx context.Context, rdb *redis.Client, pid int, add
 	if err := rdb.ConfigSet(ctx, "appendfsync", fsync).Err(); err != nil {
 		return zlRun{}, fmt.Errorf("CONFIG SET appendfsync: %w", err)
 	}
-	public, admin := freeAddr(), freeAddr()
+	public, admin := freePair()
 	prefix := fmt.Sprintf("zl%d", time.Now().UnixNano()%1e9)
 	cmd := pinned("0", s.bin, "gateway")
 	cmd.Env = gatewayEnv(public, admin, prefix, []string{"FLASHGATE_REDIS_ADDRS=" + addr,

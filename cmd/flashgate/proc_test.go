@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -225,7 +224,8 @@ type gatewayProc struct {
 func startGateway(t *testing.T, g *gatewayProc, env []string) *gatewayProc {
 	t.Helper()
 	if g == nil {
-		g = &gatewayProc{public: freeAddr(t), admin: freeAddr(t)}
+		a := freeAddrs(t, 2)
+		g = &gatewayProc{public: a[0], admin: a[1]}
 	}
 	g.proc = startProc(t, "gateway", slices.Concat(env, []string{"FLASHGATE_HTTP_ADDR=" + g.public, "FLASHGATE_ADMIN_ADDR=" + g.admin}), "gateway")
 	c := &http.Client{Timeout: time.Second}
@@ -300,16 +300,19 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago (localstack.FreeAddrs).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := localstack.FreeAddrs(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string { return freeAddrs(t, 1)[0] }
 
 func httpDo(c *http.Client, method, url, body string) (int, string, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))

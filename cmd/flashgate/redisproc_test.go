@@ -6,72 +6,62 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
-// redisProc is a redis-server of one test's own, on a free loopback port,
-// with its data (the append-only file) in the test's temporary folder, so
-// that the test may restart it without disturbing the shared one.
+// redisProc is a redis-server of one test's own (localstack.RedisServer),
+// on a free loopback port, with its data (the append-only file) in the
+// test's temporary folder, so that the test may kill and restart it without
+// disturbing the shared one.
 type redisProc struct {
-	addr, dir string
-	cmd       *exec.Cmd
-	exited    chan struct{}
+	srv  *localstack.RedisServer
+	addr string
 }
 
 // startRedis starts a redis-server configured as deploy/local/service.sh
 // configures the local one (AOF on, fsync every second, no RDB snapshots)
 // and waits until it answers. It is stopped when the test ends.
-func startRedis(t *testing.T) *redisProc {
+func startRedis(t *testing.T) *redisProc { return startRedisIn(t, t.TempDir()) }
+
+// startRedisIn is startRedis on the data already in dir (an append-only
+// folder put there), which the server reads back before it answers.
+func startRedisIn(t *testing.T, dir string) *redisProc {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
 	}
-	r := &redisProc{addr: freeAddr(t), dir: t.TempDir()}
-	r.start(t)
-	t.Cleanup(func() { r.stop(t) })
-	return r
-}
-
-func (r *redisProc) start(t *testing.T) {
-	t.Helper()
-	port := r.addr[strings.LastIndexByte(r.addr, ':')+1:]
-	r.cmd = exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", r.dir,
-		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-		"--logfile", filepath.Join(r.dir, "redis.log"))
-	if err := r.cmd.Start(); err != nil {
+	srv, err := localstack.StartRedisServer(bg(t, time.Minute), localstack.RedisOptions{Dir: dir,
+		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	r.exited = make(chan struct{})
-	cmd, exited := r.cmd, r.exited
-	go func() { _ = cmd.Wait(); close(exited) }()
-	c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1})
-	defer c.Close()
-	waitUntil(t, 30*time.Second, "the test's redis-server answers on "+r.addr, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return c.Ping(ctx).Err() == nil
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
 	})
+	return &redisProc{srv: srv, addr: srv.Addr}
+}
+
+// start starts the stopped server again on its port and its data.
+func (r *redisProc) start(t *testing.T) {
+	t.Helper()
+	if err := r.srv.Start(bg(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // stop shuts the server down cleanly (SIGTERM: it writes out its AOF, as
 // service.sh stop does) and waits until it is gone.
 func (r *redisProc) stop(t *testing.T) {
-	select {
-	case <-r.exited:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(30 * time.Second):
-		t.Errorf("redis-server %s still running 30s after SIGTERM; killing it", r.addr)
-		_ = r.cmd.Process.Kill()
-		<-r.exited
+	t.Helper()
+	if err := r.srv.Stop(); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -88,19 +78,14 @@ func (r *redisProc) restart(t *testing.T) {
 // final write of its append-only file) and waits until it is gone.
 func (r *redisProc) kill9(t *testing.T) {
 	t.Helper()
-	if err := r.cmd.Process.Kill(); err != nil {
+	if err := r.srv.Kill(); err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-r.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("redis-server %s survives SIGKILL", r.addr)
 	}
 }
 
 // aofDir is the server's append-only folder (Redis 7's multi-part AOF:
 // manifest, base and incremental files; appenddirname's default).
-func (r *redisProc) aofDir() string { return filepath.Join(r.dir, "appendonlydir") }
+func (r *redisProc) aofDir() string { return filepath.Join(r.srv.Dir(), "appendonlydir") }
 
 // snapshot copies the server's append-only folder, while the server runs,
 // into a folder of the test's own, and returns that folder and the cut:
@@ -142,9 +127,7 @@ func (r *redisProc) snapshot(t *testing.T) (string, time.Time) {
 // of snapshot's folder; the next start reads that back.
 func (r *redisProc) restore(t *testing.T, snapshot string) {
 	t.Helper()
-	select {
-	case <-r.exited:
-	default:
+	if r.srv.Running() {
 		t.Fatalf("restore of redis-server %s while it runs", r.addr)
 	}
 	if err := os.RemoveAll(r.aofDir()); err != nil {

@@ -80,12 +80,11 @@ func (s *stack) rollBack(r *redisProc, snapshot, sale string) restored {
 	direct, _ := s.rdb.HGet(context.Background(), s.keys.Meta(sale), "sold").Result()
 	t.Logf("redis-server %s killed and started again from the copy; sold %q read at once; its log:\n%s", r.addr, direct, aofLog(r))
 
-	probe := &redisProc{addr: freeAddr(t), dir: t.TempDir()}
-	if err := os.CopyFS(probe.aofDir(), os.DirFS(filepath.Join(snapshot, "appendonlydir"))); err != nil {
+	probeDir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(probeDir, "appendonlydir"), os.DirFS(filepath.Join(snapshot, "appendonlydir"))); err != nil {
 		t.Fatal(err)
 	}
-	probe.start(t)
-	t.Cleanup(func() { probe.stop(t) })
+	probe := startRedisIn(t, probeDir)
 	c := redis.NewClient(&redis.Options{Addr: probe.addr})
 	defer c.Close()
 	ctx := bg(t, 10*time.Second)
@@ -108,7 +107,7 @@ func (s *stack) rollBack(r *redisProc, snapshot, sale string) restored {
 // aofLog returns the lines of the server's log, since its last start, that
 // tell how it read its append-only file back.
 func aofLog(r *redisProc) string {
-	b, err := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	b, err := os.ReadFile(r.srv.LogPath())
 	if err != nil {
 		return err.Error()
 	}

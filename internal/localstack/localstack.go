@@ -5,8 +5,9 @@
 // corner of them for each test (a key prefix, a topology, a scratch
 // database, removed when the test ends), the lock that keeps fault tests
 // (which stop and restart RabbitMQ and MariaDB) from running while other
-// packages use those services, and the service control script. It is
-// imported by tests only.
+// packages use those services, the service control script, and
+// redis-servers of a caller's own (StartRedisServer) for tests that kill or
+// reconfigure Redis. It is imported by tests and by the bench suite.
 package localstack
 
 import (
