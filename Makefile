@@ -70,7 +70,8 @@ up-cluster: up
 # pipeline (bursts over one and over many sales, kill -9 of a gateway, of a
 # consumer and of a sweeping gateway, RabbitMQ stopped under the gateway and
 # under a relay, three consumers on one queue, the README's walk-through),
-# and the repair of a sale after a Redis rollback.
+# the consumer package (orders marked created on the primary of their
+# sale), and the repair of a sale after a Redis rollback.
 # The tests that put a proxy or a descriptor limit in front of one Redis
 # are for one Redis only.
 CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestReservationIDReplay \
@@ -105,7 +106,7 @@ cluster_check = got=$$($(GO) test -list '$(call cluster_run,$(2))' $(1) | grep -
 test-cluster: up-cluster
 	@$(call cluster_check,./gateway/,$(CLUSTER_TESTS_GATEWAY))
 	@$(call cluster_check,./cmd/flashgate/,$(CLUSTER_TESTS_CMD))
-	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/... ./repair/
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/... ./repair/ ./consumer/
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_GATEWAY))' ./gateway/
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_CMD))' ./cmd/flashgate/
 

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
-	"github.com/flashgate/flashgate/scripts"
 )
 
 // batchMessage is a batch message as the relay publishes it.
@@ -66,11 +64,8 @@ func checkAlone(t *testing.T, d amqp.Delivery, body []byte, messageID string, in
 // the metrics count messages and orders apart.
 func TestBatchMessageWrittenOnce(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	os := orderdbtest.Orders("s", 7)
-	for _, o := range os {
-		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String())
-	}
+	e.seedRecords("s", os)
 	msg := batchMessage("b1", bodies(t, os)...)
 	e.publishMessages(msg)
 	c, stop := e.startConsumer(nil)

@@ -1,14 +1,12 @@
 package consumer
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
-	"github.com/flashgate/flashgate/scripts"
 )
 
 // TestConsumerIdempotentAndMarks guards Invariant 3 (every 202 becomes
@@ -18,11 +16,8 @@ import (
 // (a snapshot of an order already in MySQL) that changed no state.
 func TestConsumerIdempotentAndMarks(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	os := orderdbtest.Orders("s", 3)
-	for _, o := range os {
-		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String())
-	}
+	e.seedRecords("s", os)
 	bs := bodies(t, os)
 	e.publish(append(bs, bs...)...) // every message twice
 	c, _ := e.startConsumer(nil)
@@ -56,11 +51,8 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 // its confirmed snapshot comes again. Every order is marked created.
 func TestConsumerStateSnapshots(t *testing.T) {
 	e := newEnv(t)
-	ctx := context.Background()
 	os := orderdbtest.Orders("s", 3)
-	for _, o := range os {
-		e.rdb.HSet(ctx, e.keys.Orders("s"), o.OrderID, scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String())
-	}
+	e.seedRecords("s", os)
 	payBy := time.UnixMilli(time.Now().Add(time.Minute).UnixMilli()).UTC()
 	in := func(o order.Order, state string) order.Order {
 		o.State = state

@@ -44,7 +44,7 @@ type env struct {
 	t      *testing.T
 	cfg    *config.Config
 	db     *sql.DB
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	loader *scripts.Loader
 	keys   scripts.Keys
 	ch     *amqp.Channel
@@ -61,10 +61,9 @@ func newEnv(t *testing.T) *env {
 	db := orderdbtest.Open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
-	}
+	// One Redis, or a cluster client when FLASHGATE_REDIS_ADDRS names
+	// several nodes (make test-cluster), as the consumer process has.
+	rdb := localstack.Redis(t)
 	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatal(err)
@@ -79,7 +78,6 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, cfg: cfg, db: db, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, ch: s.Channel}
 	t.Cleanup(func() {
 		_ = s.Close()
-		_ = rdb.Close()
 	})
 	return e
 }
@@ -239,6 +237,20 @@ func (e *env) waitMarked(sale string, os []order.Order) {
 		}
 		return true
 	})
+}
+
+// seedRecords writes the sale's order records into Redis as the reserve
+// script leaves them (not yet marked created), for the consumer to mark.
+func (e *env) seedRecords(sale string, os []order.Order) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, o := range os {
+		rec := scripts.Record{Quantity: int64(o.Quantity), UserID: o.UserID}.String()
+		if err := e.rdb.HSet(ctx, e.keys.Orders(sale), o.OrderID, rec).Err(); err != nil {
+			e.t.Fatalf("seed order record %s: %v", o.OrderID, err)
+		}
+	}
 }
 
 // wantAcked fails the test when the queue holds messages: what the
