@@ -261,13 +261,21 @@ func (s *Session) Close() error {
 	return err
 }
 
-// Ready returns how many messages are ready in the orders queue (passive
-// declare; messages delivered and not yet acknowledged are not counted). It
-// opens a connection of its own and closes it, bounded by ctx.
-func Ready(ctx context.Context, c config.AMQP, name string) (int, error) {
+// Depth is what a passive declare tells of the orders queue.
+type Depth struct {
+	// Ready counts the messages waiting for a consumer; those delivered and
+	// not yet acknowledged are not among them.
+	Ready int
+	// Consumers counts the subscriptions on the queue.
+	Consumers int
+}
+
+// QueueDepth returns the orders queue's Depth (passive declare). It opens a
+// connection of its own and closes it, bounded by ctx.
+func QueueDepth(ctx context.Context, c config.AMQP, name string) (Depth, error) {
 	conn, err := Dial(ctx, c.URL, name)
 	if err != nil {
-		return 0, err
+		return Depth{}, err
 	}
 	// Closing unblocks the calls below when ctx ends; a failed close
 	// leaves nothing to do.
@@ -277,11 +285,11 @@ func Ready(ctx context.Context, c config.AMQP, name string) (int, error) {
 	defer stop()
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, fmt.Errorf("broker: open channel: %w", err)
+		return Depth{}, fmt.Errorf("broker: open channel: %w", err)
 	}
 	q, err := ch.QueueDeclarePassive(c.Queue, true, false, false, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("broker: queue %s: %w", c.Queue, err)
+		return Depth{}, fmt.Errorf("broker: queue %s: %w", c.Queue, err)
 	}
-	return q.Messages, nil
+	return Depth{Ready: q.Messages, Consumers: q.Consumers}, nil
 }

@@ -144,6 +144,7 @@ type Consumer struct {
 
 	started atomic.Bool
 	seq     int
+	witness witness // what Settled says (witness.go)
 
 	deliveries, orders, inserted, duplicates, updated, batches, deadLettered atomic.Uint64
 	dbErrors, ackErrors, marked, markErrors, markDropped, redelivered        atomic.Uint64
@@ -298,6 +299,9 @@ func (c *Consumer) prefetch() int {
 // handled batches mark the session served, so that the next one starts the
 // backoff over.
 func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark) error {
+	// However it ends, what RabbitMQ sent on the session and was not
+	// settled goes back to the queue (Settled).
+	defer func() { c.witness.lost(time.Now()) }()
 	ch := s.Channel
 	if err := ch.Qos(c.prefetch(), 0, false); err != nil {
 		return fmt.Errorf("consumer: qos: %w", err)
@@ -341,6 +345,7 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 				// these deliveries; RabbitMQ delivers them again.
 				return errGaveUp
 			}
+			c.witness.settled(batch)
 			s.Served()
 		}
 		if !open {
@@ -374,14 +379,17 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery,
 		done = ctx.Done()
 	}
 	var n int
+	c.witness.waiting(time.Now())
 	select {
 	case d, ok := <-deliveries:
+		c.witness.busy()
 		if !ok {
 			return nil, false
 		}
 		batch = append(make([]amqp.Delivery, 0, 16), d)
 		n = order.Count(d.Headers)
 	case <-done:
+		c.witness.busy()
 		return nil, true
 	}
 	if c.cfg.BatchWait <= 0 {

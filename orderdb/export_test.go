@@ -19,3 +19,10 @@ func WriteOrdersHolding(ctx context.Context, db *sql.DB, orders []order.Order, h
 
 // LedgerSlots is the number of rows a sale's ledger spreads over.
 const LedgerSlots = ledgerSlots
+
+// The repairer's reads, for the test that they stay on the index.
+var (
+	MaxSeqsQuery = maxSeqsQuery
+	AfterSeq     = afterSeq
+	AfterCursor  = afterCursor
+)

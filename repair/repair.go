@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/scripts"
@@ -46,22 +47,28 @@ import (
 // Defaults of Config's zero fields.
 const (
 	// DefaultPoll is how often the Held set is read.
-	DefaultPoll = 500 * time.Millisecond
-	// DefaultGrace is how long the orders queue must stay empty, and MySQL's
-	// count of a held sale's events unchanged, before the sale is repaired:
-	// longer than a consumer holds a delivery before its transaction
-	// commits.
-	DefaultGrace = 2 * time.Second
+	DefaultPoll = 100 * time.Millisecond
 	// DefaultPassEvery is how often a hold pass runs, to find a sale held by
 	// a process that died before it could list the sale in the Held set.
 	DefaultPassEvery = time.Minute
+	// DefaultFenceWait bounds one fence: past it the queue is looked at
+	// again, from a new moment.
+	DefaultFenceWait = 30 * time.Second
 	// chunk is how many orders one repair script call applies.
 	chunk = 500
+	// saleChunk is how many held sales one round reads at once: one
+	// pipeline of their meta hashes and one query of their largest seqs.
+	saleChunk = 500
+	// witnessFresh is how recently a consumer's witness must have been
+	// written to count: a consumer that wrote none for longer has stopped.
+	witnessFresh = 5 * time.Second
+	// witnessForget is when a witness is removed from the hash.
+	witnessForget = time.Minute
 )
 
 // Config tunes a Repairer; zero fields take the defaults.
 type Config struct {
-	Poll, Grace, PassEvery time.Duration
+	Poll, PassEvery, FenceWait time.Duration
 	// Timeout bounds each Redis and MySQL call (default 5 s).
 	Timeout time.Duration
 }
@@ -72,15 +79,22 @@ type Deps struct {
 	DB     *sql.DB
 	Loader *scripts.Loader
 	Keys   scripts.Keys
-	// Ready returns the number of messages ready in the orders queue
-	// (AMQP passive declare). The Repairer asks it only while sales are held.
-	Ready func(ctx context.Context) (int, error)
-	Log   *zap.Logger
+	// Queue returns the orders queue's messages ready and its number of
+	// consumers (AMQP passive declare). The Repairer asks it only while
+	// sales are held.
+	Queue func(ctx context.Context) (broker.Depth, error)
+	// Name is this process's consumer's name among the witnesses; Settled
+	// is that consumer's Settled (package consumer). Without Settled the
+	// Repairer witnesses for no consumer (a process that consumes nothing).
+	Name    string
+	Settled func(now time.Time) (through, failed time.Time)
+	Log     *zap.Logger
 }
 
 // Stats counts what a Repairer did.
 type Stats struct {
-	Repaired uint64 // sales released
+	Repaired uint64 // sales released after their orders were given back
+	Released uint64 // sales released that had lost nothing MySQL holds
 	Restored uint64 // orders whose state in Redis a repair changed (restored or moved on)
 	Raised   uint64 // units of stock raised to cover what MySQL holds as sold
 	Errors   uint64
@@ -91,14 +105,17 @@ type Repairer struct {
 	cfg Config
 	d   Deps
 
-	repaired, restored, raised, errs atomic.Uint64
-	waiting                          time.Time // the last "waiting for the queue" log, for its rate
+	repaired, released, restored, raised, errs atomic.Uint64
+	waiting                                    time.Time // the last "waiting" log, for its rate
 }
 
 // New returns a Repairer; Run starts it.
 func New(cfg Config, d Deps) (*Repairer, error) {
-	if d.Redis == nil || d.DB == nil || d.Loader == nil || d.Ready == nil {
-		return nil, errors.New("repair: Redis, DB, Loader and Ready are required")
+	if d.Redis == nil || d.DB == nil || d.Loader == nil || d.Queue == nil {
+		return nil, errors.New("repair: Redis, DB, Loader and Queue are required")
+	}
+	if d.Settled != nil && d.Name == "" {
+		return nil, errors.New("repair: a witness needs its consumer's Name")
 	}
 	if d.Log == nil {
 		d.Log = zap.NewNop()
@@ -106,11 +123,11 @@ func New(cfg Config, d Deps) (*Repairer, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultPoll
 	}
-	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
-	}
 	if cfg.PassEvery <= 0 {
 		cfg.PassEvery = DefaultPassEvery
+	}
+	if cfg.FenceWait <= 0 {
+		cfg.FenceWait = DefaultFenceWait
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
@@ -120,13 +137,15 @@ func New(cfg Config, d Deps) (*Repairer, error) {
 
 // Stats returns the counters since start.
 func (r *Repairer) Stats() Stats {
-	return Stats{Repaired: r.repaired.Load(), Restored: r.restored.Load(), Raised: r.raised.Load(), Errors: r.errs.Load()}
+	return Stats{Repaired: r.repaired.Load(), Released: r.released.Load(), Restored: r.restored.Load(),
+		Raised: r.raised.Load(), Errors: r.errs.Load()}
 }
 
 // WriteMetrics writes the Repairer's counters in Prometheus text format.
 func (r *Repairer) WriteMetrics(w io.Writer) {
 	s := r.Stats()
 	metrics.WriteCounterUint64(w, "flashgate_repair_sales_total", s.Repaired)
+	metrics.WriteCounterUint64(w, "flashgate_repair_released_sales_total", s.Released)
 	metrics.WriteCounterUint64(w, "flashgate_repair_orders_total", s.Restored)
 	metrics.WriteCounterUint64(w, "flashgate_repair_stock_raised_units_total", s.Raised)
 	metrics.WriteCounterUint64(w, "flashgate_repair_errors_total", s.Errors)
@@ -161,23 +180,22 @@ func (r *Repairer) Run(ctx context.Context) error {
 	}
 }
 
-// Once repairs the sales held now, if the orders queue is drained; it blocks
-// for the grace period while sales are held, and returns the first error.
+// Once repairs the sales held now, once every order on its way to MySQL
+// when they were held has arrived (fence). It blocks while sales are held
+// until the fence has passed (at most FenceWait, then it returns nil to be
+// called again) and the sales are repaired. A sale whose repair fails is
+// left held for the next call, and the others are repaired: Once returns
+// the first such error, after trying them all.
 func (r *Repairer) Once(ctx context.Context) error {
 	held, err := r.held(ctx)
 	if err != nil || len(held) == 0 {
 		return err
 	}
-	drained, err := r.drained(ctx, held)
-	if err != nil || !drained {
+	passed, err := r.fence(ctx)
+	if err != nil || !passed {
 		return err
 	}
-	for _, sale := range held {
-		if err := r.Sale(ctx, sale); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.sales(ctx, held)
 }
 
 func (r *Repairer) held(ctx context.Context) ([]string, error) {
@@ -187,9 +205,8 @@ func (r *Repairer) held(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repair: read held sales: %w", err)
 	}
-	// The buckets of a sale of several (gateway/buckets.go, ids "SALE#i.n")
-	// before the homes: a home's repair counts what its buckets hold once
-	// they are repaired.
+	// The buckets of a sale of several (ids "SALE#i.n") before the homes:
+	// a home's repair counts what its buckets hold once they are repaired.
 	slices.SortFunc(held, func(a, b string) int {
 		la, lb := strings.Contains(a, "#"), strings.Contains(b, "#")
 		if la != lb {
@@ -213,85 +230,308 @@ func laneOf(id string) (sale, suffix string, ok bool) {
 	return sale, "." + strconv.Itoa(b), true
 }
 
-// drained reports whether the orders queue had nothing ready at two looks a
-// grace apart, with MySQL's event count of every held sale unchanged between
-// them: what was on its way to MySQL when Redis went back has arrived.
-func (r *Repairer) drained(ctx context.Context, held []string) (bool, error) {
-	look := func() (int, []int64, error) {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-		defer cancel()
-		n, err := r.d.Ready(cctx)
-		if err != nil {
-			return 0, nil, fmt.Errorf("repair: orders queue depth: %w", err)
+// sales repairs the held sales in chunks: per chunk, one pipeline reads
+// their meta hashes and one query MySQL's largest seq of each. A sale whose
+// Redis counts every event MySQL holds lost nothing MySQL knows (the fence
+// has passed: nothing more is on its way) and is released at once; the
+// others are given back their orders. Progress is kept sale by sale: a
+// failure leaves that sale held and the others go on.
+func (r *Repairer) sales(ctx context.Context, held []string) error {
+	var firstErr error
+	fail := func(err error) {
+		r.errs.Add(1)
+		if firstErr == nil {
+			firstErr = err
 		}
-		seqs := make([]int64, len(held))
-		for i, sale := range held {
-			mysqlSale, _, _ := laneOf(sale)
-			if seqs[i], err = orderdb.MaxSeq(cctx, r.d.DB, mysqlSale); err != nil {
-				return 0, nil, fmt.Errorf("repair: sale %s: %w", sale, err)
+	}
+	for lo := 0; lo < len(held) && ctx.Err() == nil; lo += saleChunk {
+		part := held[lo:min(len(held), lo+saleChunk)]
+		metas, err := r.metas(ctx, part)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		var plain []string
+		for i, sale := range part {
+			if _, _, lane := laneOf(sale); !lane && metas[i].buckets <= 1 {
+				plain = append(plain, sale)
 			}
 		}
-		return n, seqs, nil
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		seqs, err := orderdb.MaxSeqs(cctx, r.d.DB, plain)
+		cancel()
+		if err != nil {
+			fail(fmt.Errorf("repair: %w", err))
+			continue
+		}
+		for i, sale := range part {
+			m := metas[i]
+			var err error
+			switch _, _, lane := laneOf(sale); {
+			case m.err != nil:
+				err = m.err
+			case !m.held:
+				err = r.release(ctx, sale)
+			case m.buckets > 1:
+				err = r.home(ctx, sale)
+			case lane:
+				err = r.Sale(ctx, sale)
+			case seqs[sale] <= m.seq:
+				err = r.clean(ctx, sale, m.seq)
+			default:
+				err = r.restore(ctx, sale, m.seq, seqs[sale])
+			}
+			if err != nil && ctx.Err() == nil {
+				fail(err)
+				r.d.Log.Warn("repair of a held sale failed; it stays held, the others go on", zap.String("sale", sale), zap.Error(err))
+			}
+		}
 	}
-	n1, s1, err := look()
+	return firstErr
+}
+
+// meta is what a round reads of a held sale's meta hash.
+type meta struct {
+	held    bool
+	seq     int64
+	buckets int64
+	err     error // the hash could not be read as a sale's
+}
+
+func (r *Repairer) metas(ctx context.Context, sales []string) ([]meta, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	pipe := r.d.Redis.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(sales))
+	for i, sale := range sales {
+		cmds[i] = pipe.HMGet(cctx, r.d.Keys.Meta(sale), "hold", "seq", "buckets")
+	}
+	if _, err := pipe.Exec(cctx); err != nil {
+		return nil, fmt.Errorf("repair: read %d held sales: %w", len(sales), err)
+	}
+	out := make([]meta, len(sales))
+	for i, c := range cmds {
+		v := c.Val()
+		h, _ := v[0].(string)
+		out[i].held = h == "1"
+		if s, _ := v[1].(string); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				out[i].err = fmt.Errorf("repair: sale %s: meta seq %q", sales[i], s)
+			}
+			out[i].seq = n
+		}
+		if b, _ := v[2].(string); b != "" {
+			out[i].buckets, _ = strconv.ParseInt(b, 10, 64)
+		}
+	}
+	return out, nil
+}
+
+// clean releases a held sale whose Redis counts every event MySQL holds:
+// the repair script's last call, with no orders.
+func (r *Repairer) clean(ctx context.Context, sale string, rseq int64) error {
+	applied, _, _, err := r.apply(ctx, sale, nil, true, rseq)
+	if err != nil {
+		return err
+	}
+	if applied {
+		r.released.Add(1)
+	}
+	return r.release(ctx, sale)
+}
+
+// fence reports whether every order on its way to MySQL when the held sales
+// were held has arrived: the orders queue was seen with nothing ready, at a
+// moment t0, and then every consumer on it has witnessed (Deps.Settled,
+// written to the Witnesses hash by the repairer of its process) that what
+// RabbitMQ sent it before t0 is settled, with no delivery gone back to the
+// queue since t0 and the same number of consumers at the end. A lost order
+// published before Redis went back was ready or sent to a consumer by t0;
+// so it is in MySQL now. It blocks until then, or FenceWait (then false).
+func (r *Repairer) fence(ctx context.Context) (bool, error) {
+	look := func() (broker.Depth, error) {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		defer cancel()
+		d, err := r.d.Queue(cctx)
+		if err != nil {
+			return d, fmt.Errorf("repair: orders queue depth: %w", err)
+		}
+		return d, nil
+	}
+	if err := r.witness(ctx); err != nil {
+		return false, err
+	}
+	first, err := look()
 	if err != nil {
 		return false, err
 	}
-	if n1 == 0 {
+	t0 := time.Now()
+	if first.Ready > 0 {
+		r.wait("sales held after a Redis restart wait for the orders queue to drain before their repair",
+			zap.Int("ready", first.Ready))
+		return false, nil
+	}
+	deadline := time.NewTimer(r.cfg.FenceWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(r.cfg.Poll)
+	defer tick.Stop()
+	for {
+		ok, behind, err := r.witnessed(ctx, t0, first.Consumers)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			last, err := look()
+			if err != nil {
+				return false, err
+			}
+			return last.Ready == 0 && last.Consumers == first.Consumers, nil
+		}
+		if behind < 0 {
+			return false, nil // a delivery went back to the queue: look again
+		}
 		select {
 		case <-ctx.Done():
 			return false, nil
-		case <-time.After(r.cfg.Grace):
+		case <-deadline.C:
+			r.wait("sales held after a Redis restart wait for the orders queue's consumers to settle what they hold",
+				zap.Int("consumers", first.Consumers), zap.Int("behind", behind))
+			return false, nil
+		case <-tick.C:
+		}
+		if err := r.witness(ctx); err != nil {
+			return false, err
 		}
 	}
-	n2, s2, err := look()
-	if err != nil {
-		return false, err
-	}
-	if n1 == 0 && n2 == 0 && slices.Equal(s1, s2) {
-		return true, nil
-	}
+}
+
+func (r *Repairer) wait(msg string, f ...zap.Field) {
 	if time.Since(r.waiting) >= 10*time.Second {
 		r.waiting = time.Now()
-		r.d.Log.Info("sales held after a Redis restart wait for the orders queue to drain before their repair",
-			zap.Strings("sales", held), zap.Int("ready", n2))
+		r.d.Log.Info(msg, f...)
 	}
-	return false, nil
+}
+
+// witness writes this process's consumer's witness: "through,failed,at",
+// Unix ms.
+func (r *Repairer) witness(ctx context.Context) error {
+	if r.d.Settled == nil {
+		return nil
+	}
+	now := time.Now()
+	through, failed := r.d.Settled(now)
+	v := strconv.FormatInt(ms(through), 10) + "," + strconv.FormatInt(ms(failed), 10) + "," + strconv.FormatInt(now.UnixMilli(), 10)
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	if err := r.d.Redis.HSet(cctx, r.d.Keys.Witnesses(), r.d.Name, v).Err(); err != nil {
+		return fmt.Errorf("repair: write the witness of %s: %w", r.d.Name, err)
+	}
+	return nil
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// witnessed reads the witnesses: ok when at least consumers of them are
+// fresh and each has settled through t0; behind counts the fresh ones not
+// there yet, or is -1 when one had deliveries go back to the queue since
+// t0. Witnesses long silent are removed.
+func (r *Repairer) witnessed(ctx context.Context, t0 time.Time, consumers int) (ok bool, behind int, err error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	all, err := r.d.Redis.HGetAll(cctx, r.d.Keys.Witnesses()).Result()
+	if err != nil {
+		return false, 0, fmt.Errorf("repair: read the witnesses: %w", err)
+	}
+	now := time.Now()
+	fresh := 0
+	var gone []string
+	for name, v := range all {
+		through, failed, at, perr := parseWitness(v)
+		if perr != nil || now.Sub(at) > witnessForget {
+			gone = append(gone, name)
+			continue
+		}
+		if now.Sub(at) > witnessFresh {
+			continue
+		}
+		fresh++
+		if !failed.IsZero() && !failed.Before(t0) {
+			return false, -1, nil
+		}
+		if through.Before(t0) {
+			behind++
+		}
+	}
+	if len(gone) > 0 {
+		_ = r.d.Redis.HDel(cctx, r.d.Keys.Witnesses(), gone...).Err() // tidying; the next round tries again
+	}
+	return behind == 0 && fresh >= consumers, behind, nil
+}
+
+func parseWitness(v string) (through, failed, at time.Time, err error) {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return through, failed, at, fmt.Errorf("witness %q", v)
+	}
+	var n [3]int64
+	for i := range f {
+		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return through, failed, at, fmt.Errorf("witness %q", v)
+		}
+	}
+	if n[0] > 0 {
+		through = time.UnixMilli(n[0])
+	}
+	if n[1] > 0 {
+		failed = time.UnixMilli(n[1])
+	}
+	return through, failed, time.UnixMilli(n[2]), nil
 }
 
 // Sale repairs one held sale: it gives Redis the orders of the sale whose
 // latest event MySQL holds and Redis has not counted, then releases it. A
-// sale not held, or gone, is only taken off the Held set.
+// sale not held, or gone, is only taken off the Held set. Call it only once
+// the fence has passed (Once does).
 func (r *Repairer) Sale(ctx context.Context, sale string) error {
-	k := r.d.Keys
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	m, err := r.d.Redis.HMGet(cctx, k.Meta(sale), "hold", "seq", "buckets").Result()
+	metas, err := r.metas(cctx, []string{sale})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("repair: sale %s: %w", sale, err)
+		return err
 	}
-	if h, _ := m[0].(string); h != "1" {
+	m := metas[0]
+	if m.err != nil {
+		return m.err
+	}
+	if !m.held {
 		return r.release(ctx, sale)
 	}
-	if b, _ := m[2].(string); b != "" && b != "1" {
+	if m.buckets > 1 {
 		return r.home(ctx, sale)
 	}
-	// A bucket's orders are the rows of its sale whose ids end in its
-	// suffix; their seq counts the bucket's events, so rows of the other
-	// buckets are skipped, and seq set to the sale's largest is only ahead.
-	mysqlSale, suffix, lane := laneOf(sale)
-	var rseq int64
-	if s, _ := m[1].(string); s != "" {
-		if rseq, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return fmt.Errorf("repair: sale %s: meta seq %q", sale, s)
-		}
-	}
+	mysqlSale, _, _ := laneOf(sale)
 	cctx, cancel = context.WithTimeout(ctx, r.cfg.Timeout)
 	maxSeq, err := orderdb.MaxSeq(cctx, r.d.DB, mysqlSale)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("repair: sale %s: %w", sale, err)
 	}
+	return r.restore(ctx, sale, m.seq, maxSeq)
+}
+
+// restore gives a held sale the orders MySQL holds after Redis's event
+// count rseq, in pages read along the index (sale_id, seq), then releases
+// it. A bucket's orders are the rows of its sale whose ids end in its
+// suffix; their seq counts the bucket's events, so rows of the other
+// buckets are skipped, and seq set to the sale's largest is only ahead.
+func (r *Repairer) restore(ctx context.Context, sale string, rseq, maxSeq int64) error {
+	mysqlSale, suffix, lane := laneOf(sale)
 	var changed, raised int64
 	seq, afterID := rseq, ""
 	for {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
@@ -198,8 +199,8 @@ func (e *env) meta() map[string]string {
 
 func (e *env) repairer() *Repairer {
 	e.t.Helper()
-	r, err := New(Config{Grace: 10 * time.Millisecond}, Deps{Redis: e.rdb, DB: e.db, Loader: e.loader, Keys: e.keys,
-		Ready: func(context.Context) (int, error) { return 0, nil }})
+	r, err := New(Config{}, Deps{Redis: e.rdb, DB: e.db, Loader: e.loader, Keys: e.keys,
+		Queue: func(context.Context) (broker.Depth, error) { return broker.Depth{}, nil }})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -380,8 +381,8 @@ func TestRepairWaitsForTheQueue(t *testing.T) {
 	ready := 3
 	// A loader of its own, not loaded yet, as a consumer's is until its
 	// first use.
-	r, err := New(Config{Grace: 10 * time.Millisecond}, Deps{Redis: e.rdb, DB: e.db, Loader: scripts.New(e.rdb, "", e.keys), Keys: e.keys,
-		Ready: func(context.Context) (int, error) { return ready, nil }})
+	r, err := New(Config{}, Deps{Redis: e.rdb, DB: e.db, Loader: scripts.New(e.rdb, "", e.keys), Keys: e.keys,
+		Queue: func(context.Context) (broker.Depth, error) { return broker.Depth{Ready: ready}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,5 +91,11 @@ func (k Keys) Paying() string { return k.Prefix + ":paying" }
 // removes from it.
 func (k Keys) Held() string { return k.Prefix + ":held" }
 
+// Witnesses is the hash in which each consumer's repairer says up to when
+// every order delivered to its consumer is in MySQL (package repair): a
+// held sale is compared with MySQL only once every consumer has passed the
+// moment the orders queue was seen empty. It has a slot of its own.
+func (k Keys) Witnesses() string { return k.Prefix + ":witnesses" }
+
 // Events is the pub/sub channel on which sale changes are announced.
 func (k Keys) Events() string { return k.Prefix + ":events" }

@@ -30,23 +30,26 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	defer db.Close()
 	rdb := newRedis(cfg)
 	defer rdb.Close()
+	var rp *repair.Repairer // set before the consumer runs
 	// Loaded on first use: marking orders created is best effort, and
 	// Redis being down must not keep the consumer from writing MySQL.
 	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 
-	// The repairer releases the sales held after a Redis restart once they
-	// are checked against MySQL; it stops with the consumer.
-	rp, err := repair.New(repair.Config{Timeout: cfg.Redis.Timeout + 5*time.Second}, repair.Deps{
-		Redis: rdb, DB: db, Loader: loader, Keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, Log: log.Named("repair"),
-		Ready: func(ctx context.Context) (int, error) {
-			return broker.Ready(ctx, cfg.AMQP, broker.InstanceName("repair"))
-		},
-	})
+	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
+		Metrics: func(w io.Writer) { rp.WriteMetrics(w) }})
 	if err != nil {
 		return err
 	}
-	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
-		Metrics: rp.WriteMetrics})
+	// The repairer releases the sales held after a Redis restart once they
+	// are checked against MySQL, vouching for this consumer meanwhile; it
+	// stops with the consumer.
+	rp, err = repair.New(repair.Config{Timeout: cfg.Redis.Timeout + 5*time.Second}, repair.Deps{
+		Redis: rdb, DB: db, Loader: loader, Keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, Log: log.Named("repair"),
+		Queue: func(ctx context.Context) (broker.Depth, error) {
+			return broker.QueueDepth(ctx, cfg.AMQP, broker.InstanceName("repair"))
+		},
+		Name: c.Name(), Settled: c.Settled,
+	})
 	if err != nil {
 		return err
 	}

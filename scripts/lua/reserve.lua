@@ -72,11 +72,19 @@ local out = {}
 
 -- A held sale reserves nothing; nor does the home slot of a sale of several
 -- buckets (the gateway then sends each buyer to the bucket that is theirs).
+-- A held sale with no unit left is sold out for certain, whatever Redis
+-- lost: MySQL can hold more units sold than Redis, never fewer, and a lost
+-- restock is given back only as far as MySQL holds its units sold. So a
+-- buyer without an Idempotency-Key hears SOLD_OUT at once, where the sale
+-- is open by what Redis holds; one with a key may have been answered
+-- before, in writes Redis lost, and waits for the repair.
 if m[9] == '1' or (tonumber(m[10]) or 1) > 1 then
   local c = REPAIRING
   if m[9] ~= '1' then c = BUCKETED end
+  local gone = c == REPAIRING and stock - sold <= 0 and not (starts > 0 and now < starts)
+    and not (ends > 0 and now >= ends) and not locked
   for i = 3, #ARGV, 4 do
-    out[#out + 1] = c
+    if gone and tonumber(ARGV[i + 3]) == 0 then out[#out + 1] = SOLD_OUT else out[#out + 1] = c end
     out[#out + 1] = ''
     out[#out + 1] = 0
   end
