@@ -284,7 +284,9 @@ func postBuy(c *http.Client, g *gatewayProc, sale, key, body string) (int, strin
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	res, err := c.Do(req)
 	if err != nil {
 		return 0, "", err
