@@ -44,7 +44,9 @@ import (
 //   - An order's id ends in ".i", its bucket, so that its status, payment
 //     and cancellation go to the bucket that holds it.
 //   - Admin changes go to the home, then to every bucket, before the call
-//     returns (fanOut); a view sums the buckets.
+//     returns (fanOut); a view sums the buckets. A stock below what the
+//     home has handed to the buckets waits for their unsold units to come
+//     back (buckets_lower.go): only what they sold can refuse it.
 //
 // Every move of stock is two script calls on two slots with a record
 // between them (move.lua); the settling pass (settleMoves, run by every
@@ -415,14 +417,21 @@ func (s *Store) remaining(ctx context.Context, bs *bucketSet) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("stock of %s: %w: %w", bs.sale, ErrUnavailable, err)
 	}
+	sold, err := s.sold(ctx, bs)
+	return stock - sold, err
+}
+
+// sold is what the buckets of bs have sold, each read on its own.
+func (s *Store) sold(ctx context.Context, bs *bucketSet) (int64, error) {
+	var total int64
 	for _, lane := range bs.names {
 		sold, err := s.rdb.HGet(ctx, s.keys.Meta(lane), "sold").Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, fmt.Errorf("sold of %s: %w: %w", lane, ErrUnavailable, err)
 		}
-		stock -= sold
+		total += sold
 	}
-	return stock, nil
+	return total, nil
 }
 
 // settleAge is how old a move record must be before the settling pass

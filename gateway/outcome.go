@@ -10,7 +10,8 @@ import (
 
 // Business outcomes of a buy or an admin call. Store returns them unwrapped
 // (errors.Is stays as cheap as ==), except ErrUnavailable, which wraps the
-// cause.
+// cause, and the refusals of an update, ErrStockBelowSold and
+// ErrBucketsFixed, which come with the numbers that refused it.
 var (
 	ErrNotFound            = errors.New("no such sale")
 	ErrNotStarted          = errors.New("sale not started")
@@ -20,10 +21,17 @@ var (
 	ErrSoldOut             = errors.New("sold out")
 	ErrInsufficientStock   = errors.New("insufficient stock")
 	ErrIdempotencyConflict = errors.New("idempotency key reused with another user or quantity")
-	ErrConflict            = errors.New("stock below units sold")
-	ErrBadWindow           = errors.New("ends_at must be after starts_at")
-	ErrStockRequired       = errors.New("stock is required to create a sale")
-	ErrStockCeiling        = errors.New("restock would take stock above " + strconv.Itoa(maxStock))
+	// ErrStockBelowSold is an update whose stock is below the units the
+	// sale has sold; the error returned is a *StockBelowSoldError, which
+	// names both.
+	ErrStockBelowSold = errors.New("stock below units sold")
+	// ErrBucketsFixed is an update naming a bucket count other than the
+	// sale's, fixed at its creation; the error returned wraps it with the
+	// sale's count.
+	ErrBucketsFixed  = errors.New("buckets cannot change")
+	ErrBadWindow     = errors.New("ends_at must be after starts_at")
+	ErrStockRequired = errors.New("stock is required to create a sale")
+	ErrStockCeiling  = errors.New("restock would take stock above " + strconv.Itoa(maxStock))
 	// Outcomes of a pay or a cancel (Store.Pay, Store.Cancel).
 	ErrOrderNotFound  = errors.New("no such order")
 	ErrOrderPaid      = errors.New("order is paid")
@@ -42,10 +50,25 @@ var (
 	// reserve: Store.Reserve sends the buyers to their buckets, and no
 	// buyer ever hears it (buckets.go).
 	errBucketed = fmt.Errorf("%w: the sale's stock is in its buckets", ErrUnavailable)
-	// errBucketsFixed is an update naming a bucket count other than the
-	// sale's: 409 conflict, as a stock below sold is.
-	errBucketsFixed = fmt.Errorf("%w: a sale's buckets are fixed at its creation", ErrConflict)
+	// errStockBelowMoved is the home of a sale of several buckets asked
+	// for a stock below the units it has handed to them, sold or not:
+	// Store.Upsert takes their unsold units back and tries again, and no
+	// admin ever hears it (buckets_lower.go).
+	errStockBelowMoved = fmt.Errorf("%w: the new stock is below the units the buckets hold", ErrUnavailable)
 )
+
+// StockBelowSoldError is an update refused because its stock is below the
+// units the sale had sold when the update was decided. It matches
+// ErrStockBelowSold.
+type StockBelowSoldError struct {
+	Stock, Sold int64
+}
+
+func (e *StockBelowSoldError) Error() string {
+	return "stock " + strconv.FormatInt(e.Stock, 10) + " below the " + strconv.FormatInt(e.Sold, 10) + " units sold"
+}
+
+func (e *StockBelowSoldError) Unwrap() error { return ErrStockBelowSold }
 
 // outcome maps a code of the Lua scripts to its sentinel; CodeOK is nil.
 // This is the only place the scripts' codes are interpreted.
@@ -70,7 +93,7 @@ func outcome(code scripts.Code) error {
 	case scripts.CodeIdempotencyConflict:
 		return ErrIdempotencyConflict
 	case scripts.CodeStockBelowSold:
-		return ErrConflict
+		return ErrStockBelowSold
 	case scripts.CodeBadWindow:
 		return ErrBadWindow
 	case scripts.CodeStockRequired:
@@ -92,7 +115,9 @@ func outcome(code scripts.Code) error {
 	case scripts.CodeBucketed:
 		return errBucketed
 	case scripts.CodeBucketsFixed:
-		return errBucketsFixed
+		return ErrBucketsFixed
+	case scripts.CodeStockBelowMoved:
+		return errStockBelowMoved
 	default:
 		// An order id collision, or a code of a script the gateway does not
 		// understand. Neither promised anything to the buyer.
@@ -121,7 +146,6 @@ var (
 	replySoldOut          = fixed(410, "sold_out")
 	replyInsufficient     = fixed(409, "insufficient_stock")
 	replyIdemConflict     = fixed(422, "idempotency_conflict")
-	replyConflict         = conflict(ErrConflict.Error())
 	replyStockCeiling     = conflict(ErrStockCeiling.Error())
 	replyOrderPaid        = fixed(409, "order_paid")
 	replyOrderCancelled   = fixed(409, "order_cancelled")
@@ -156,8 +180,9 @@ func replyFor(err error) reply {
 		return replyInsufficient
 	case errors.Is(err, ErrIdempotencyConflict):
 		return replyIdemConflict
-	case errors.Is(err, ErrConflict):
-		return replyConflict
+	case errors.Is(err, ErrStockBelowSold), errors.Is(err, ErrBucketsFixed):
+		// An admin answer: the error says which numbers refused it.
+		return conflict(err.Error())
 	case errors.Is(err, ErrStockCeiling):
 		return replyStockCeiling
 	case errors.Is(err, ErrOrderPaid):

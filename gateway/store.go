@@ -177,7 +177,7 @@ type SaleUpdate struct {
 	StartsAt      *int64
 	EndsAt        *int64
 	PaymentWindow *int64
-	Buckets       *int64 // fixed at creation: another count on an update is ErrConflict
+	Buckets       *int64 // fixed at creation: another count on an update is ErrBucketsFixed
 }
 
 const clearTime = -1
@@ -228,9 +228,11 @@ func (s *Store) sumBuckets(ctx context.Context, v *SaleView) (*SaleView, error) 
 }
 
 // Upsert creates or updates a sale, atomically with buyers. created tells
-// which. It returns ErrConflict (stock below sold), ErrBadWindow,
-// ErrStockRequired, or an error wrapping ErrUnavailable. A refused create
-// leaves the sale registry (Keys.Sales) as it was.
+// which. It returns a *StockBelowSoldError (ErrStockBelowSold), an error
+// wrapping ErrBucketsFixed and naming the sale's count, ErrBadWindow,
+// ErrStockRequired, or an error wrapping ErrUnavailable; a refusal changes
+// nothing. A refused create leaves the sale registry (Keys.Sales) as it
+// was.
 func (s *Store) Upsert(ctx context.Context, sale string, u SaleUpdate) (view *SaleView, created bool, err error) {
 	bs, err := s.bucketsNow(ctx, sale)
 	if err != nil {
@@ -278,7 +280,7 @@ func (s *Store) upsertOne(ctx context.Context, sale string, u SaleUpdate, names 
 	// relay one look at an empty outbox, a sale without an id loses orders.
 	if u.Stock != nil {
 		if *u.Stock < 0 {
-			return nil, false, ErrConflict
+			return nil, false, &StockBelowSoldError{Stock: *u.Stock}
 		}
 		if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
 			return nil, false, ErrBadWindow
@@ -298,8 +300,17 @@ func (s *Store) upsertOne(ctx context.Context, sale string, u SaleUpdate, names 
 			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
 		}
 	}
-	return s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt),
+	v, created, err := s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt),
 		optInt(u.PaymentWindow), optInt(u.Buckets), names)
+	switch {
+	case err == nil:
+		return v, created, nil
+	case errors.Is(err, ErrStockBelowSold):
+		return nil, false, &StockBelowSoldError{Stock: *u.Stock, Sold: v.Sold}
+	case errors.Is(err, ErrBucketsFixed):
+		return nil, false, fmt.Errorf("%w: the sale has %d", ErrBucketsFixed, max(v.Buckets, 1))
+	}
+	return nil, false, err
 }
 
 // createBuckets creates a sale of several buckets: the buckets first, each
@@ -334,20 +345,16 @@ func (s *Store) createBuckets(ctx context.Context, sale string, u SaleUpdate) (*
 	return v, created, err
 }
 
-// upsertBuckets updates a sale of several buckets: the home decides (a
-// stock below what its buckets hold is a conflict, so their unsold stock is
-// taken back first), then each bucket takes the new settings, before it
-// returns. A failure half way is an error (503): the PUT, repeated, sets
-// them all.
+// upsertBuckets updates a sale of several buckets: the home decides, then
+// each bucket takes the new settings, before it returns. A stock below what
+// the home has handed to the buckets is decided once their unsold units
+// are back (lowerBuckets), so that only what they sold refuses it. A
+// failure half way is an error (503): the PUT, repeated, sets them all.
 func (s *Store) upsertBuckets(ctx context.Context, bs *bucketSet, u SaleUpdate) (*SaleView, bool, error) {
-	if u.Stock != nil {
-		for j := range bs.names {
-			if _, err := s.giveBack(ctx, bs, j, 0); err != nil {
-				return nil, false, err
-			}
-		}
-	}
 	v, created, err := s.upsertOne(ctx, bs.sale, u, "")
+	if errors.Is(err, errStockBelowMoved) {
+		v, created, err = s.lowerBuckets(ctx, bs, u)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -390,8 +397,11 @@ func (s *Store) SetLocked(ctx context.Context, sale string, locked bool) (*SaleV
 		op = "lock"
 	}
 	v, _, err := s.admin(ctx, sale, op)
-	if err != nil || v.Buckets <= 1 {
-		return v, err
+	if err != nil {
+		return nil, err
+	}
+	if v.Buckets <= 1 {
+		return v, nil
 	}
 	// Every bucket of the sale, before the call returns.
 	bs, err := s.bucketsNow(ctx, sale)
@@ -426,21 +436,26 @@ func (s *Store) admin(ctx context.Context, sale, op string, args ...any) (*SaleV
 	return s.adminKeys(ctx, sale, []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale)}, op, args...)
 }
 
+// adminKeys runs the admin script and reads its reply. A refusal (the
+// outcome of a code other than OK) comes with the sale as the script saw
+// it, so that the caller can say which numbers refused the call; a failure
+// to reach Redis or to read the reply comes with no view.
 func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op string, args ...any) (*SaleView, bool, error) {
-	v, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
+	reply, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
 	var n [adminReply]int64
 	if err == nil {
-		n, err = decodeAdmin(v)
+		n, err = decodeAdmin(reply)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}
-	if err := outcome(scripts.Code(n[0])); err != nil {
-		return nil, false, err
-	}
-	return &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
+	v := &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
 		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10], PaymentWindow: n[11],
-		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}, n[1] == 1, nil
+		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}
+	if err := outcome(scripts.Code(n[0])); err != nil {
+		return v, false, err
+	}
+	return v, n[1] == 1, nil
 }
 
 // adminReply is the length of the admin script's reply: {code, created,

@@ -68,6 +68,12 @@ const (
 	// CodeBucketsFixed: an update names a bucket count other than the
 	// sale's, which is fixed at creation.
 	CodeBucketsFixed Code = 21
+	// CodeStockBelowMoved: an update of the home of a sale of several
+	// buckets names a stock below the units the home has handed to its
+	// buckets (sold or not); nothing was changed. The gateway takes the
+	// buckets' unsold units back and tries again: only what they sold
+	// refuses a stock.
+	CodeStockBelowMoved Code = 22
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -94,6 +100,7 @@ var codeNames = [...]string{
 	CodeRepairing:           "REPAIRING",
 	CodeBucketed:            "BUCKETED",
 	CodeBucketsFixed:        "BUCKETS_FIXED",
+	CodeStockBelowMoved:     "STOCK_BELOW_MOVED",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

@@ -31,7 +31,9 @@
 -- given back (the move script). Its sold, buyers and orders are the
 -- buckets' (each bucket is a sale of this script too, whose stock is what it
 -- was handed); so a stock may not go below moved, which is at least what
--- the buckets sold.
+-- the buckets sold. Such a stock is STOCK_BELOW_MOVED, not STOCK_BELOW_SOLD:
+-- the buckets may hold units unsold, which the gateway takes back into the
+-- pool before it asks again (gateway/buckets_lower.go).
 --
 -- Outcome codes: scripts/codes.go holds the same names and values (a test
 -- reads this file to keep them so); return no code but by its name.
@@ -42,6 +44,7 @@ local BAD_WINDOW = 11          -- ends not after starts
 local STOCK_REQUIRED = 12      -- stock missing on create
 local STOCK_CEILING = 13       -- a restock would take stock above the ceiling
 local BUCKETS_FIXED = 21       -- an update names another bucket count
+local STOCK_BELOW_MOVED = 22   -- a home's stock below what its buckets were handed
 
 local op = ARGV[1]
 if op == 'ping' then
@@ -78,12 +81,13 @@ if op == 'upsert' then
   if exists and buckets ~= '' and tonumber(buckets) ~= (tonumber(m[4]) or 1) then
     return view(BUCKETS_FIXED)
   end
+  local below = STOCK_BELOW_SOLD
   -- The units the buckets were handed are at least what they sold.
-  if (tonumber(m[4]) or 1) > 1 then sold = tonumber(m[5]) or 0 end
+  if (tonumber(m[4]) or 1) > 1 then sold, below = tonumber(m[5]) or 0, STOCK_BELOW_MOVED end
   if starts == 'null' then s = 0 elseif starts ~= '' then s = tonumber(starts) end
   if ends == 'null' then e = 0 elseif ends ~= '' then e = tonumber(ends) end
   if s > 0 and e > 0 and e <= s then return view(BAD_WINDOW) end
-  if stock ~= '' and tonumber(stock) < sold then return view(STOCK_BELOW_SOLD) end
+  if stock ~= '' and tonumber(stock) < sold then return view(below) end
   if not exists then
     -- run: the Redis process this sale was created under, so that the hold
     -- script holds it only after a restart or failover (a new run id).

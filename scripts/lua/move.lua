@@ -22,14 +22,24 @@
 -- so the pool is stock − moved and the buckets can never sell more than the
 -- sale's stock.
 --
+-- A fence (home) stops takes for a while: a stock lowered below moved is
+-- refused (admin.lua STOCK_BELOW_MOVED) until the buckets have given their
+-- unsold units back, which buyers refilling their buckets would take again
+-- meanwhile. It only pauses refills, so a fence left by a process that died
+-- is harmless, and lapses by itself.
+--
 -- KEYS[1] meta hash (of the home for take and accept, of the bucket for
 -- credit and give), KEYS[2] the moves hash (take, give) or the op key of the
 -- move (credit, accept)
--- ARGV[1] the operation, ARGV[2] the move id, then:
+-- ARGV[1] the operation, ARGV[2] the move id (of fence and unfence: the
+-- fence's), then:
 --   take   WANT BUCKET     hand up to max(WANT, a chunk of the stock) units
 --   credit N               add N units (a take's) to the bucket's stock
 --   give   WANT            give back up to WANT (0: all) unsold units
 --   accept N               take N units (a give's) back into the pool
+--   fence MS               no take hands out units for MS milliseconds, or
+--                          until unfence with the same id (home)
+--   unfence                lift the fence of this id, if it is still there
 --
 -- Returns {code, n}: n the units moved by this call (0 for a repeat).
 --
@@ -44,13 +54,15 @@ local REPAIRING = 19           -- held: nothing moves until package repair relea
 local OP_TTL = 7 * 86400
 
 local op, id = ARGV[1], ARGV[2]
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'moved', 'buckets', 'hold')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'moved', 'buckets', 'hold', 'fence', 'fenced')
 if m[1] == false then return {NOT_FOUND, 0} end
 if m[5] == '1' then return {REPAIRING, 0} end
 local stock, sold, moved = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 if op == 'take' then
+  if (tonumber(m[7]) or 0) > now then return {OK, 0} end
   local buckets = tonumber(m[4]) or 1
   -- A chunk of an eighth of a bucket's share: a bucket refills a few times
   -- over a sale, and at its end little stock sits in a bucket nobody buys in.
@@ -78,5 +90,13 @@ elseif op == 'credit' or op == 'accept' then
   end
   redis.call('SET', KEYS[2], '1', 'EX', OP_TTL)
   return {OK, n}
+elseif op == 'fence' then
+  -- One fence at a time: a later one takes its place, and its unfence
+  -- lifts it (the earlier's does not).
+  redis.call('HSET', KEYS[1], 'fence', id, 'fenced', now + tonumber(ARGV[3]))
+  return {OK, 0}
+elseif op == 'unfence' then
+  if m[6] == id then redis.call('HDEL', KEYS[1], 'fence', 'fenced') end
+  return {OK, 0}
 end
 return redis.error_reply('ERR move: unknown operation ' .. tostring(op))
