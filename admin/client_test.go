@@ -261,7 +261,8 @@ func TestClientAnswers(t *testing.T) {
 	const view = `{"status":"ok","sale_id":"s1","state":"live","stock":100,"sold":7,"remaining":93,"buyers":5,` +
 		`"per_user_limit":2,"locked":true,"starts_at":"2030-01-01T09:00:00Z","ends_at":null,"outbox_pending":3,` +
 		`"payment_window":900,"pending_payment":4}`
-	const list = `{"status":"ok","scripts":[{"name":"reserve","sha":"abc"},{"name":"admin","sha":"def"}]}`
+	const list = `{"status":"ok","scripts":[{"name":"reserve","sha":"abc","folder_sha":"123"},{"name":"admin","sha":"def"},` +
+		`{"name":"hold","sha":"789","folder_error":"open hold.lua: no such file"}],"folder":"unreadable","read_at":"2030-01-01T09:00:00.250Z"}`
 	f := admintest.NewServer(t, map[string]admintest.Answer{
 		"GET /admin/v1/sales/s1":    reply(200, view),
 		"PUT /admin/v1/sales/s1":    reply(201, view),
@@ -291,8 +292,11 @@ func TestClientAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wantL := []admin.Script{{"reserve", "abc"}, {"admin", "def"}}; !reflect.DeepEqual(l.Scripts, wantL) || string(l.Raw) != list {
-		t.Errorf("scripts %+v (%s), want %+v", l.Scripts, l.Raw, wantL)
+	wantL := admin.ScriptList{Scripts: []admin.Script{{Name: "reserve", SHA: "abc", FolderSHA: "123"}, {Name: "admin", SHA: "def"},
+		{Name: "hold", SHA: "789", FolderError: "open hold.lua: no such file"}},
+		Folder: admin.FolderUnreadable, ReadAt: timep("2030-01-01T09:00:00.250Z"), Raw: []byte(list)}
+	if !reflect.DeepEqual(*l, wantL) {
+		t.Errorf("scripts %+v (%s), want %+v", *l, l.Raw, wantL)
 	}
 	var ae *admin.APIError
 	if _, err := c.Sale(ctx, "plain"); err == nil || errors.As(err, &ae) {

@@ -50,7 +50,7 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.URI().SetPathBytes(append([]byte("/debug/pprof/"), m.profile...))
 		pprofhandler.PprofHandler(ctx)
 	case routeScripts:
-		s.writeScripts(ctx, s.loader.Scripts())
+		s.writeScripts(ctx)
 	case routeReload:
 		s.serveReload(ctx)
 	case routeAdminSale, routeAdminUpsert, routeRestock, routeLock, routeUnlock:
@@ -208,8 +208,7 @@ func adminView(v *SaleView) []byte {
 func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := s.redisCtx()
 	defer cancel()
-	list, err := s.reload(rctx, s.who(ctx))
-	if err != nil {
+	if _, err := s.reload(rctx, s.who(ctx)); err != nil {
 		if errors.Is(err, scripts.ErrCompile) {
 			b := append([]byte(nil), `{"status":"script_error","error":`...)
 			b = appendString(b, err.Error())
@@ -222,12 +221,18 @@ func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
 		write(ctx, reply{code: 503, body: append(b, '}')})
 		return
 	}
-	s.writeScripts(ctx, list)
+	// The set in use, as GET answers it: the one just loaded, unless a
+	// reload that came after it has already replaced it.
+	s.writeScripts(ctx)
 }
 
-func (s *Server) writeScripts(ctx *fasthttp.RequestCtx, list []scripts.Script) {
+// writeScripts answers the set in use beside the folder a reload would
+// read: {"status":"ok","scripts":[{"name","sha"[,"folder_sha"|"folder_error"]}],
+// "folder":"none"|"same"|"differs"|"unreadable"[,"read_at":RFC3339]}.
+func (s *Server) writeScripts(ctx *fasthttp.RequestCtx) {
+	c := s.loader.Compare()
 	b := append([]byte(nil), `{"status":"ok","scripts":[`...)
-	for i, sc := range list {
+	for i, sc := range c.Scripts {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -235,9 +240,26 @@ func (s *Server) writeScripts(ctx *fasthttp.RequestCtx, list []scripts.Script) {
 		b = appendString(b, sc.Name)
 		b = append(b, `,"sha":"`...)
 		b = append(b, sc.SHA...)
-		b = append(b, `"}`...)
+		b = append(b, '"')
+		if sc.FolderSHA != "" {
+			b = append(b, `,"folder_sha":"`...)
+			b = append(b, sc.FolderSHA...)
+			b = append(b, '"')
+		}
+		if sc.FolderErr != nil {
+			b = append(b, `,"folder_error":`...)
+			b = appendString(b, sc.FolderErr.Error())
+		}
+		b = append(b, '}')
 	}
-	write(ctx, reply{code: 200, body: append(b, "]}"...)})
+	b = append(b, `],"folder":`...)
+	b = appendString(b, c.Folder)
+	if !c.ReadAt.IsZero() {
+		b = append(b, `,"read_at":"`...)
+		b = c.ReadAt.UTC().AppendFormat(b, payByLayout) // RFC 3339 to the millisecond
+		b = append(b, '"')
+	}
+	write(ctx, reply{code: 200, body: append(b, '}')})
 }
 
 func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {

@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -70,7 +73,10 @@ func TestReloadDuringBurst(t *testing.T) {
 }
 
 // A reload with a script Redis cannot compile is refused (422) and keeps
-// the set in use: buyers never meet a half-loaded set.
+// the set in use: buyers never meet a half-loaded set. That set also
+// survives the loss of the script cache (invariant 12): after a SCRIPT
+// FLUSH, the NOSCRIPT loads it again from memory, not the broken folder,
+// and buys go on; the admin view says the folder differs from it.
 func TestBrokenScriptKeepsOldSet(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range scripts.Names() {
@@ -85,31 +91,82 @@ func TestBrokenScriptKeepsOldSet(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Scripts.Dir = dir })
 	g.mustSale("broken", `{"stock":10}`)
 	list := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
-	if list.code != 200 || len(list.body["scripts"].([]any)) != len(scripts.Names()) {
+	if list.code != 200 || len(list.body["scripts"].([]any)) != len(scripts.Names()) || list.str("folder") != "same" || list.str("read_at") == "" {
 		t.Fatalf("list: %d %s", list.code, list.raw)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "reserve.lua"), []byte("return {{{ not lua"), 0o644); err != nil {
+	const broken = "return {{{ not lua"
+	if err := os.WriteFile(filepath.Join(dir, "reserve.lua"), []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := g.do("POST", g.admin+"/admin/v1/scripts/reload", "", auth)
 	if r.code != 422 || r.status() != "script_error" || r.str("error") == "" {
 		t.Fatalf("reload of a broken script: %d %s", r.code, r.raw)
 	}
-	after := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
-	if !reflect.DeepEqual(after.body, list.body) {
-		t.Errorf("scripts changed after a failed reload: %s, was %s", after.raw, list.raw)
+	// The set in use, the same as before, and the folder's broken file.
+	checkInUse := func(when string) {
+		t.Helper()
+		after := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
+		if after.code != 200 || after.str("folder") != "differs" || after.str("read_at") != list.str("read_at") {
+			t.Errorf("%s: %d %s, want the folder differing from the set read at %s", when, after.code, after.raw, list.str("read_at"))
+		}
+		was, now := list.body["scripts"].([]any), after.body["scripts"].([]any)
+		if len(now) != len(was) {
+			t.Fatalf("%s: scripts %s, were %s", when, after.raw, list.raw)
+		}
+		for i := range now {
+			w, n := was[i].(map[string]any), now[i].(map[string]any)
+			if n["name"] != w["name"] || n["sha"] != w["sha"] {
+				t.Errorf("%s: script %v, was %v", when, n, w)
+			}
+			wantFolder := any(nil)
+			if n["name"] == "reserve" {
+				wantFolder = redis.NewScript(broken).Hash()
+			}
+			if n["folder_sha"] != wantFolder {
+				t.Errorf("%s: %s: folder_sha %v, want %v", when, n["name"], n["folder_sha"], wantFolder)
+			}
+		}
 	}
+	checkInUse("after a failed reload")
 	if r := g.buy("broken", "kim", 1, ""); r.code != 202 {
 		t.Errorf("buy after a failed reload: %d %s", r.code, r.raw)
 	}
+
+	// Redis loses its script cache: the buys load the set in use again.
+	before := g.loader.Stats().NoScript
+	if err := localstack.ForEachPrimary(t.Context(), g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		return node.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"ann", "bob", "cid"} {
+		if r := g.buy("broken", user, 1, ""); r.code != 202 {
+			t.Errorf("buy by %s after SCRIPT FLUSH: %d %s", user, r.code, r.raw)
+		}
+	}
+	if g.loader.Stats().NoScript == before {
+		t.Errorf("no NOSCRIPT was met: the test did not exercise the path")
+	}
+	checkInUse("after SCRIPT FLUSH")
+
 	// A fixed script is taken by the next reload, with a new SHA.
 	src, _ := os.ReadFile(filepath.Join("..", "scripts", "lua", "reserve.lua"))
 	os.WriteFile(filepath.Join(dir, "reserve.lua"), append(src, "\n-- changed\n"...), 0o644)
 	r = g.do("POST", g.admin+"/admin/v1/scripts/reload", "", auth)
-	if r.code != 200 || reflect.DeepEqual(r.body, list.body) {
+	if r.code != 200 || reflect.DeepEqual(r.body["scripts"], list.body["scripts"]) || r.str("folder") != "same" {
 		t.Errorf("reload of a fixed script: %d %s", r.code, r.raw)
 	}
 	if r := g.buy("broken", "lee", 1, ""); r.code != 202 {
 		t.Errorf("buy after reload: %d %s", r.code, r.raw)
+	}
+}
+
+// Without a folder the set is the built-in copies, which cannot differ.
+func TestScriptsBuiltinFolderNone(t *testing.T) {
+	g := startGateway(t)
+	r := g.do("GET", g.admin+"/admin/v1/scripts", "", auth)
+	if r.code != 200 || r.status() != "ok" || r.str("folder") != "none" || r.str("read_at") == "" ||
+		len(r.body["scripts"].([]any)) != len(scripts.Names()) {
+		t.Errorf("GET /admin/v1/scripts: %d %s", r.code, r.raw)
 	}
 }

@@ -14,8 +14,17 @@
 // first running the hold pass (HoldPass): every sale whose Redis run id
 // changed since it was last checked is held, refused with REPAIRING, until
 // package repair has compared it with MySQL. Load runs the pass before
-// SCRIPT LOAD, and a call answered NOSCRIPT runs Load again (never EVAL of
-// the source, which would cache the scripts without the pass) and retries.
+// SCRIPT LOAD, and a call answered NOSCRIPT loads the set again the same
+// way, pass first (never EVAL of the source, which would cache the scripts
+// without the pass), and retries.
+//
+// The Loader keeps the sources of the set in use. Only Load reads the
+// folder (or the built-in copies): a NOSCRIPT loads the set in use again
+// from memory, and every hold pass runs the hold script of the set in use,
+// so that a folder broken meanwhile (a reload refused with ErrCompile, a
+// file deleted) cannot turn the loss of Redis's script cache into an
+// outage (DESIGN.md, invariant 12). Compare tells whether the folder still
+// holds the set in use.
 package scripts
 
 import (
@@ -29,6 +38,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,6 +81,11 @@ type Script struct {
 type set struct {
 	byName map[string]*Script
 	list   []Script
+	// srcs are the sources of the set, by name: what a NOSCRIPT loads
+	// again and whose hold script every hold pass runs.
+	srcs map[string]string
+	// readAt is when Load read srcs from the folder or the built-in copies.
+	readAt time.Time
 }
 
 // Stats counts what the loader did; read it with Loader.Stats.
@@ -100,21 +115,21 @@ func New(rdb redis.UniversalClient, dir string, keys Keys) *Loader {
 	return &Loader{rdb: rdb, dir: dir, keys: keys}
 }
 
-// Load reads every script, runs the hold pass, loads each script into Redis
-// with SCRIPT LOAD and, only when all succeeded, makes them the set in use.
-// It returns the new set. A script Redis cannot compile gives an error
-// wrapping ErrCompile and leaves the set in use as it was; so does any other
-// failure. Should a primary's run id change between the pass and the end of
-// the loading (a restart in between), the pass runs again. It blocks for a
-// few round trips per script and one per sale, bounded by ctx; calls to Load
-// are serialized.
+// Load reads every script from the folder (or the built-in copies), runs
+// the hold pass with the hold script it read, loads each script into Redis
+// with SCRIPT LOAD and, only when all succeeded, makes them the set in use:
+// their sources are kept, and a NOSCRIPT later loads those again, whatever
+// the folder holds by then. It returns the new set. A script Redis cannot
+// compile gives an error wrapping ErrCompile and leaves the set in use as
+// it was; so does any other failure (a file that cannot be read, Redis).
+// Should a primary's run id change between the pass and the end of the
+// loading (a restart in between), the pass runs again. It blocks for a few
+// round trips per script and one per holdChunk sales, bounded by ctx; calls
+// to Load are serialized.
 func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
-	return l.load(ctx)
-}
-
-func (l *Loader) load(ctx context.Context) ([]Script, error) {
+	readAt := time.Now()
 	srcs := make(map[string]string, len(names))
 	for _, name := range names {
 		src, err := l.read(name)
@@ -123,30 +138,40 @@ func (l *Loader) load(ctx context.Context) ([]Script, error) {
 		}
 		srcs[name] = src
 	}
+	if err := l.load(ctx, srcs, readAt); err != nil {
+		return nil, err
+	}
+	return l.Scripts(), nil
+}
+
+// load runs the hold pass with srcs' hold script, loads srcs and makes them
+// the set in use, read at readAt. The caller holds loadMu.
+func (l *Loader) load(ctx context.Context, srcs map[string]string, readAt time.Time) error {
 	for attempt := 0; ; attempt++ {
 		before, err := l.runIDs(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := l.holdPass(ctx, srcs[Hold]); err != nil {
-			return nil, err
+			return err
 		}
 		s, err := l.loadSet(ctx, srcs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		after, err := l.runIDs(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if slices.Equal(before, after) {
+			s.srcs, s.readAt = srcs, readAt
 			l.cur.Store(s)
 			l.gen.Add(1)
 			l.reloads.Add(1)
-			return l.Scripts(), nil
+			return nil
 		}
 		if attempt == 2 {
-			return nil, fmt.Errorf("scripts: load: Redis restarted during each of %d attempts", attempt+1)
+			return fmt.Errorf("scripts: load: Redis restarted during each of %d attempts", attempt+1)
 		}
 	}
 }
@@ -179,13 +204,19 @@ func (l *Loader) loadSet(ctx context.Context, srcs map[string]string) (*set, err
 // holdChunk is how many sales one pipeline of the hold pass asks about.
 const holdChunk = 256
 
-// HoldPass runs the hold script on every sale in the registry and adds the
-// sales it held, or found held, to the Held set; it returns how many those
-// are. Load runs it before SCRIPT LOAD; package repair runs it from time to
-// time too, so that a sale held by a process that died before it could add
-// the sale to the set is found. It blocks for about one round trip per
-// holdChunk sales, bounded by ctx, and returns the first error.
+// HoldPass runs the hold script of the set in use on every sale in the
+// registry and adds the sales it held, or found held, to the Held set; it
+// returns how many those are. Load runs it before SCRIPT LOAD; package
+// repair runs it from time to time too, so that a sale held by a process
+// that died before it could add the sale to the set is found. Before the
+// first Load there is no set in use, and it reads the hold script as that
+// Load would. It blocks for about one round trip per holdChunk sales,
+// bounded by ctx, and returns the first error (one wrapping ErrCompile
+// when Redis cannot compile the hold script).
 func (l *Loader) HoldPass(ctx context.Context) (int, error) {
+	if s := l.cur.Load(); s != nil {
+		return l.holdPass(ctx, s.srcs[Hold])
+	}
 	src, err := l.read(Hold)
 	if err != nil {
 		return 0, err
@@ -210,6 +241,9 @@ func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
 		// come at any time, and a chunk that meets one is asked again.
 		for try := 0; ; try++ {
 			if err := rs.Load(ctx, l.rdb).Err(); err != nil {
+				if redis.HasErrorPrefix(err, compileError) {
+					return n, fmt.Errorf("scripts: %s: %w: %w", Hold, ErrCompile, err)
+				}
 				return n, fmt.Errorf("scripts: hold pass: load: %w", err)
 			}
 			pipe := l.rdb.Pipeline()
@@ -322,10 +356,11 @@ func (l *Loader) Stats() Stats {
 var ErrNotLoaded = errors.New("scripts: not loaded")
 
 // Run calls the named script with EVALSHA and returns its reply. On
-// NOSCRIPT (counted in Stats.NoScript) it loads the set again, hold pass
-// first, unless another call has done so since this one began, and calls
-// once more, up to noscriptTries times. It blocks for one round trip, or
-// for a few Loads and calls, bounded by ctx. It returns ErrNotLoaded before the first Load, redis.Nil
+// NOSCRIPT (counted in Stats.NoScript) it loads the set in use again, from
+// the sources the Loader keeps and hold pass first, unless another call has
+// done so since this one began, and calls once more, up to noscriptTries
+// times. It blocks for one round trip, or for a few loads and calls,
+// bounded by ctx. It returns ErrNotLoaded before the first Load, redis.Nil
 // for a nil reply, or the error of Redis or the connection.
 func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...any) (any, error) {
 	l.calls.Add(1)
@@ -371,14 +406,15 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 // the call eight times running.)
 const noscriptTries = 64
 
-// reloadSince loads the set again unless a load succeeded after generation
-// gen: the many calls that meet one NOSCRIPT together load once.
+// reloadSince loads the set in use again, from the sources it keeps (never
+// from the folder), unless a load succeeded after generation gen: the many
+// calls that meet one NOSCRIPT together load once.
 func (l *Loader) reloadSince(ctx context.Context, gen uint64) error {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
 	if l.gen.Load() != gen {
 		return nil
 	}
-	_, err := l.load(ctx)
-	return err
+	s := l.cur.Load()
+	return l.load(ctx, s.srcs, s.readAt)
 }
