@@ -35,6 +35,12 @@ type Deps struct {
 	// Metrics, when set, writes the series of the process's other parts
 	// (relay, Go runtime, process) after the gateway's own on GET /metrics.
 	Metrics func(w io.Writer)
+	// Wrote, when set, is called after a script call of this gateway wrote
+	// to the outbox of id (a sale, or a bucket of one): an accepted
+	// reservation, a pay, a cancel, an expiry. The process's relay takes it
+	// (relay.Relay.Wrote), so that it reads the outboxes written to rather
+	// than every sale's. It must not block.
+	Wrote func(id string)
 }
 
 // Server serves the public and admin listeners. Create it with New, run it
@@ -54,6 +60,7 @@ type Server struct {
 	ids      *orderIDs
 	auth     *buyerAuth // nil: buyer authentication is off
 	sweeper  *sweeper
+	sales    *saleSampler // the scrape's copy of the sales (salemetrics.go)
 	durable  *durability // nil: zero-loss mode is off (durability.go)
 	token    []byte
 	maxBody  int
@@ -97,6 +104,13 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		token:   []byte(cfg.Admin.Token),
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
+	}
+	s.sales = newSaleSampler(deps.Redis, s.store.keys, cfg.Redis.Timeout)
+	s.store.changed = func(id string, outbox bool) {
+		s.sales.touch(id)
+		if outbox && deps.Wrote != nil {
+			deps.Wrote(id)
+		}
 	}
 	s.sweeper = newSweeper(s.store, deps.Redis, deps.Log, cfg.Redis.Timeout)
 	s.metrics = newGatewayMetrics(s)

@@ -30,6 +30,17 @@ type Store struct {
 	// settleAge is the age of a half-done move that the settling pass
 	// finishes (buckets.go).
 	settleAge time.Duration
+	// changed, when set, is told after a script call changed the meta
+	// hash of id (a sale, or a bucket of one), and whether it wrote to
+	// id's outbox. It must not block.
+	changed func(id string, outbox bool)
+}
+
+// changedOn tells changed, if set.
+func (s *Store) changedOn(id string, outbox bool) {
+	if s.changed != nil {
+		s.changed(id, outbox)
+	}
 }
 
 // NewStore returns a Store on the given client and loaded scripts.
@@ -84,6 +95,12 @@ func (s *Store) reserveOn(ctx context.Context, lane, sale string, rs []Reservati
 	}
 	if err := decodeReserve(v, out[:len(rs)]); err != nil {
 		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
+	}
+	for i := range rs {
+		if out[i].Err == nil {
+			s.changedOn(lane, true)
+			break
+		}
 	}
 	return nil
 }
@@ -449,6 +466,7 @@ func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op st
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}
+	s.changedOn(sale, false)
 	v := &SaleView{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
 		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10], PaymentWindow: n[11],
 		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}
@@ -543,6 +561,9 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 	if err != nil {
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
+	if changed {
+		s.changedOn(lane, true)
+	}
 	if rec.Due(now) {
 		rec.State = order.StateExpired
 	}
@@ -602,6 +623,9 @@ func (s *Store) Sweep(ctx context.Context, sale string, limit int) (SweepResult,
 	if err == nil {
 		var res SweepResult
 		if res, err = decodeSweep(v); err == nil {
+			if len(res.Expired) > 0 {
+				s.changedOn(sale, true)
+			}
 			return res, nil
 		}
 	}

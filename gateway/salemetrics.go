@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// maxSaleSeries bounds the per-sale series of one scrape.
+const maxSaleSeries = 500
+
+// saleChunk is how many sales one pipeline of a scrape asks about, so that
+// a Redis holding many thousands of sales answers in pieces it can
+// interleave with buyers.
+const saleChunk = 500
+
+// saleFullEvery is how old the scrape's copy of every sale's record may
+// grow before a scrape reads them all again; meanwhile a scrape reads the
+// sales this process wrote to since (Server.wrote) and keeps the others'
+// figures as last read.
+const saleFullEvery = time.Minute
+
+// saleRow is one sale as a scrape sees it.
+type saleRow struct {
+	id          string
+	stock, sold int64
+}
+
+// saleRecord is what the scrape keeps of one registry id's meta hash.
+type saleRecord struct {
+	exists           bool // the hash holds a sale (stock is set)
+	stock, sold, end int64
+}
+
+// saleSampler keeps the scrape's copy of every sale's stock, sold and end,
+// so that a scrape costs Redis what changed rather than what exists: it
+// reads every sale once per saleFullEvery, and in between only the sales
+// this process wrote to (touch). A sale changed by another gateway alone
+// shows its new figures within saleFullEvery. It is safe for concurrent
+// use; scrapes are serialised.
+type saleSampler struct {
+	rdb     redis.UniversalClient
+	keys    scripts.Keys
+	timeout time.Duration
+
+	tmu     sync.Mutex
+	touched map[string]struct{} // ids written since the last scrape
+
+	mu   sync.Mutex // one scrape at a time; guards the fields below
+	full time.Time  // when recs last held every sale
+	recs map[string]saleRecord
+}
+
+func newSaleSampler(rdb redis.UniversalClient, keys scripts.Keys, timeout time.Duration) *saleSampler {
+	return &saleSampler{rdb: rdb, keys: keys, timeout: timeout, touched: map[string]struct{}{}}
+}
+
+// touch records that id's meta hash changed (a sale or a bucket's lane):
+// the next scrape reads it again. It does no I/O.
+func (p *saleSampler) touch(id string) {
+	p.tmu.Lock()
+	p.touched[id] = struct{}{}
+	p.tmu.Unlock()
+}
+
+// refresh brings recs up to date: all of them when the copy is older than
+// saleFullEvery (or was never read), else the touched ones. It returns
+// false when Redis could not answer in time: the scrape then shows no sale
+// series rather than figures over part of the sales.
+func (p *saleSampler) refresh(ctx context.Context) bool {
+	p.tmu.Lock()
+	touched := p.touched
+	p.touched = map[string]struct{}{}
+	p.tmu.Unlock()
+	var ids []string
+	all := p.recs == nil || time.Since(p.full) >= saleFullEvery
+	if all {
+		var err error
+		if ids, err = p.rdb.SMembers(ctx, p.keys.Sales()).Result(); err != nil {
+			p.retouch(touched)
+			return false
+		}
+	} else {
+		for id := range touched {
+			ids = append(ids, id)
+		}
+	}
+	metas := make([]*redis.SliceCmd, len(ids))
+	for lo := 0; lo < len(ids); lo += saleChunk {
+		pipe := p.rdb.Pipeline()
+		for i := lo; i < min(len(ids), lo+saleChunk); i++ {
+			metas[i] = pipe.HMGet(ctx, p.keys.Meta(ids[i]), "stock", "sold", "ends")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			p.retouch(touched)
+			return false
+		}
+	}
+	if all {
+		p.recs = make(map[string]saleRecord, len(ids))
+		p.full = time.Now()
+	}
+	for i, id := range ids {
+		v := metas[i].Val()
+		if len(v) != 3 {
+			continue
+		}
+		p.recs[id] = saleRecord{exists: v[0] != nil, stock: num(v[0]), sold: num(v[1]), end: num(v[2])}
+	}
+	return true
+}
+
+// retouch puts back what a failed refresh took, for the next one.
+func (p *saleSampler) retouch(ids map[string]struct{}) {
+	p.tmu.Lock()
+	for id := range ids {
+		p.touched[id] = struct{}{}
+	}
+	p.tmu.Unlock()
+}
+
+// write writes the sale totals over the whole registry (flashgate_sales:
+// sales that exist; flashgate_sales_live: those not over;
+// flashgate_sale_series_omitted: live sales left without per-sale series by
+// the bound) and the remaining and sold units of at most maxSaleSeries live
+// sales, in sale order. The sales shown are those that sold most, then by
+// sale id: the same sales scrape after scrape while nothing changes, and
+// the busiest ones (a Prometheus series that comes and goes with a random
+// pick is no series to alert on).
+//
+// The figures are the sampler's copy (see saleSampler), brought up to date
+// first within the Redis timeout. The outbox series of each sale are the
+// relay's (relay.WriteMetrics, through Deps.Metrics).
+func (p *saleSampler) write(w io.Writer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	if !p.refresh(ctx) {
+		return
+	}
+	now := time.Now().UnixMilli()
+	var (
+		exist, live int
+		rows        []saleRow
+	)
+	// A bucket of a sale of several (buckets.go) is not a sale: its sold
+	// is its sale's, whose home keeps the stock and sells nothing itself.
+	laneSold := map[string]int64{}
+	for id, r := range p.recs {
+		if sale, _, ok := laneSale(id); ok {
+			laneSold[sale] += r.sold
+		}
+	}
+	for id, r := range p.recs {
+		if !r.exists {
+			continue // an id without a sale (see Store.Upsert)
+		}
+		if _, _, ok := laneSale(id); ok {
+			continue
+		}
+		exist++
+		if r.end > 0 && now >= r.end {
+			continue
+		}
+		live++
+		// An id outside the id rule (never made by the admin API) could
+		// break the exposition format; it is in the totals all the same.
+		if order.ValidID(id) {
+			rows = append(rows, saleRow{id: id, stock: r.stock, sold: r.sold + laneSold[id]})
+		}
+	}
+	if len(rows) > maxSaleSeries {
+		slices.SortFunc(rows, func(a, b saleRow) int {
+			return cmp.Or(cmp.Compare(b.sold, a.sold), strings.Compare(a.id, b.id))
+		})
+		rows = rows[:maxSaleSeries]
+	}
+	slices.SortFunc(rows, func(a, b saleRow) int { return strings.Compare(a.id, b.id) })
+	metrics.WriteGaugeUint64(w, "flashgate_sales", uint64(exist))
+	metrics.WriteGaugeUint64(w, "flashgate_sales_live", uint64(live))
+	metrics.WriteGaugeUint64(w, "flashgate_sale_series_omitted", uint64(live-len(rows)))
+	if len(rows) == 0 {
+		return
+	}
+	b := []byte("# TYPE flashgate_sale_remaining gauge\n")
+	for _, r := range rows {
+		b = appendSaleSeries(b, "flashgate_sale_remaining", r.id, r.stock-r.sold)
+	}
+	b = append(b, "# TYPE flashgate_sale_sold gauge\n"...)
+	for _, r := range rows {
+		b = appendSaleSeries(b, "flashgate_sale_sold", r.id, r.sold)
+	}
+	_, _ = w.Write(b)
+}
