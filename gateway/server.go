@@ -61,7 +61,7 @@ type Server struct {
 	auth     *buyerAuth // nil: buyer authentication is off
 	sweeper  *sweeper
 	sales    *saleSampler // the scrape's copy of the sales (salemetrics.go)
-	durable  *durability // nil: zero-loss mode is off (durability.go)
+	durable  *durability  // nil: zero-loss mode is off (durability.go)
 	token    []byte
 	maxBody  int
 	timeout  time.Duration
