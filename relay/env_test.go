@@ -35,12 +35,12 @@ func TestMain(m *testing.M) {
 
 // env is one test's private corner of the shared services
 // (localstack.Isolated: its own Redis key prefix, exchange and queues, all
-// removed when it ends), with a Redis client and a channel for inspecting
-// the queues.
+// removed when it ends), with a Redis client (of the cluster, when the
+// tests run on one) and a channel for inspecting the queues.
 type env struct {
 	t    *testing.T
 	cfg  *config.Config
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	keys scripts.Keys
 	ch   *amqp.Channel
 }
@@ -51,14 +51,16 @@ func newEnv(t *testing.T) *env {
 	cfg.Relay.ClaimAfter = 500 * time.Millisecond
 	cfg.Relay.Poll = 20 * time.Millisecond
 	cfg.Shutdown.Timeout = 5 * time.Second
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0]})
+	rdb := localstack.NewRedis(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
+	if err := localstack.Ping(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		t.Fatal(err)
 	}
 	s, err := broker.Open(ctx, cfg.AMQP, "relay test")
 	if err != nil {
+		_ = rdb.Close()
 		t.Fatalf("RabbitMQ at %s does not answer (run `make up`): %v", cfg.AMQP.URL, err)
 	}
 	// Runs before Isolated's cleanup, which drops the keys and topology.

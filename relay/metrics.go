@@ -2,7 +2,6 @@ package relay
 
 import (
 	"cmp"
-	"context"
 	"io"
 	"slices"
 	"strconv"
@@ -19,18 +18,29 @@ import (
 // ranking of writeOutboxes picks the sales shown.
 const maxSaleSeries = 500
 
-// WriteMetrics writes the relay's counters, the outbox totals over every
-// sale in the registry (flashgate_outbox_pending_total, the entries of all
-// outboxes; flashgate_outbox_oldest_age_max_seconds, the oldest entry of
-// any; flashgate_outbox_series_omitted, how many sales that would show had
-// no per-sale series for the bound) and each shown sale's outbox series
+// WriteMetrics writes the relay's counters, the outbox totals
+// (flashgate_outbox_pending_total, the entries of the outboxes the relay
+// knows; flashgate_outbox_oldest_age_max_seconds, the oldest entry of any;
+// flashgate_outbox_series_omitted, how many sales that would show had no
+// per-sale series for the bound) and each shown sale's outbox series
 // (flashgate_outbox_pending and flashgate_outbox_oldest_age_seconds,
-// labelled sale). A sale's outbox series show while the sale is on or its
-// outbox holds entries, at most maxSaleSeries of them: see writeOutboxes
-// for which. It samples the outboxes for them (three rounds of pipelined
-// Redis calls, bounded by 2s together): a scrape while Redis cannot answer
-// in time has neither totals nor per-sale series, never totals over part
-// of the sales. It is safe for concurrent use, with or without Run.
+// labelled sale). A sale's outbox series show while its outbox holds
+// entries, and at 0 while it was active within the last 10s (written to,
+// or seen with entries), at most maxSaleSeries of them: see writeOutboxes
+// for which.
+//
+// It makes no Redis call: it writes what the relay last knew, so that a
+// scrape costs nothing however many sales exist. The active outboxes are
+// known as of the last second; an outbox with entries that nobody told
+// this relay of (another gateway's, a dead one's) is counted once the scan
+// of the registry has found it, within Deps.ScanEvery. So the totals are
+// those of every outbox within a scan cycle, and a stuck outbox always
+// shows in them then. The ages are computed at the scrape, from the
+// oldest entry's id (its Redis time); an outbox found by the scan has its
+// age from the next look, a second later. Until the relay's first full
+// scan has ended, while its last look at Redis or scan step failed, and
+// when Run is not running, it writes no outbox series at all, rather than
+// totals over part of the outboxes. It is safe for concurrent use.
 func (r *Relay) WriteMetrics(w io.Writer) {
 	s := r.Stats()
 	metrics.WriteCounterUint64(w, "flashgate_relay_messages_total", s.Messages)
@@ -46,15 +56,21 @@ func (r *Relay) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "flashgate_relay_errors_total", s.Errors)
 	metrics.WriteGaugeUint64(w, "flashgate_relay_in_flight", uint64(max(s.InFlight, 0)))
 	metrics.WriteGaugeUint64(w, "flashgate_relay_connected", gauge(s.Connected))
-	ctx, cancel := context.WithTimeout(context.Background(), redisCall)
-	defer cancel()
-	if smp, err := r.smp.take(ctx, true); err == nil && !smp.agesLost {
-		writeOutboxes(w, smp)
+	if v := r.last.Load(); v != nil && v.complete {
+		writeOutboxes(w, v.sales, time.Now(), r.activeFor)
 	}
 }
 
-// writeOutboxes writes the outbox totals of smp and the per-sale series of
-// the sales it ranks first, in sale order.
+// row is one sale's per-sale series: its outbox and its buckets'.
+type row struct {
+	sale    string
+	pending int64
+	age     time.Duration
+	shown   bool
+}
+
+// writeOutboxes writes the outbox totals of outboxes at now and the
+// per-sale series of the sales it ranks first, in sale order.
 //
 // The totals count every outbox, whatever its sale id, so that a stuck one
 // shows even when no per-sale series names it. The ranking, when more than
@@ -64,50 +80,49 @@ func (r *Relay) WriteMetrics(w io.Writer) {
 // keep the busy but healthy outboxes, all under a second, in a stable
 // order), then those with most entries, then by sale id. As ties end at the
 // id, the same sales show scrape after scrape while nothing changes.
-func writeOutboxes(w io.Writer, smp *sample) {
+func writeOutboxes(w io.Writer, outboxes []known, now time.Time, activeFor time.Duration) {
 	var (
-		rows    []saleSample
 		pending int64
 		oldest  time.Duration
 	)
 	// The outboxes of a sale's buckets (gateway/buckets.go) are the sale's:
 	// their entries and age go to its series, the home's, which has none
 	// of its own.
-	lanes := map[string]saleSample{}
-	for _, s := range smp.sales {
-		if sale, _, ok := scripts.SplitBucket(s.Sale); ok {
-			l := lanes[sale]
-			l.Pending += s.Pending
-			l.OldestAge = max(l.OldestAge, s.OldestAge)
-			lanes[sale] = l
+	bySale := map[string]*row{}
+	for _, k := range outboxes {
+		age := k.age(now)
+		pending += k.pending
+		oldest = max(oldest, age)
+		sale := scripts.SaleOf(k.sale)
+		rw := bySale[sale]
+		if rw == nil {
+			rw = &row{sale: sale}
+			bySale[sale] = rw
 		}
+		rw.pending += k.pending
+		rw.age = max(rw.age, age)
+		rw.shown = rw.shown || k.shown(now, activeFor)
 	}
-	for _, s := range smp.sales {
-		pending += s.Pending
-		oldest = max(oldest, s.OldestAge)
-		if l, ok := lanes[s.Sale]; ok {
-			s.Pending += l.Pending
-			s.OldestAge = max(s.OldestAge, l.OldestAge)
-		}
-		// An id outside the id rule (never made by the admin API; a
-		// bucket's, counted in its sale's above) could break the
-		// exposition format.
-		if (s.live || s.Pending > 0) && order.ValidID(s.Sale) {
-			rows = append(rows, s)
+	var rows []row
+	for _, rw := range bySale {
+		// An id outside the id rule (never made by the admin API) could
+		// break the exposition format.
+		if rw.shown && order.ValidID(rw.sale) {
+			rows = append(rows, *rw)
 		}
 	}
 	omitted := 0
 	if len(rows) > maxSaleSeries {
-		slices.SortFunc(rows, func(a, b saleSample) int {
+		slices.SortFunc(rows, func(a, b row) int {
 			return cmp.Or(
-				cmp.Compare(b.OldestAge/time.Second, a.OldestAge/time.Second),
-				cmp.Compare(b.Pending, a.Pending),
-				strings.Compare(a.Sale, b.Sale))
+				cmp.Compare(b.age/time.Second, a.age/time.Second),
+				cmp.Compare(b.pending, a.pending),
+				strings.Compare(a.sale, b.sale))
 		})
 		omitted = len(rows) - maxSaleSeries
 		rows = rows[:maxSaleSeries]
 	}
-	slices.SortFunc(rows, func(a, b saleSample) int { return strings.Compare(a.Sale, b.Sale) })
+	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(a.sale, b.sale) })
 	b := []byte("# TYPE flashgate_outbox_pending_total gauge\nflashgate_outbox_pending_total ")
 	b = strconv.AppendInt(b, pending, 10)
 	b = append(b, "\n# TYPE flashgate_outbox_oldest_age_max_seconds gauge\nflashgate_outbox_oldest_age_max_seconds "...)
@@ -117,15 +132,15 @@ func writeOutboxes(w io.Writer, smp *sample) {
 	b = append(b, '\n')
 	if len(rows) > 0 {
 		b = append(b, "# TYPE flashgate_outbox_pending gauge\n"...)
-		for _, s := range rows {
-			b = appendSeries(b, "flashgate_outbox_pending", s.Sale)
-			b = strconv.AppendInt(b, s.Pending, 10)
+		for _, rw := range rows {
+			b = appendSeries(b, "flashgate_outbox_pending", rw.sale)
+			b = strconv.AppendInt(b, rw.pending, 10)
 			b = append(b, '\n')
 		}
 		b = append(b, "# TYPE flashgate_outbox_oldest_age_seconds gauge\n"...)
-		for _, s := range rows {
-			b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", s.Sale)
-			b = strconv.AppendFloat(b, s.OldestAge.Seconds(), 'f', 3, 64)
+		for _, rw := range rows {
+			b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", rw.sale)
+			b = strconv.AppendFloat(b, rw.age.Seconds(), 'f', 3, 64)
 			b = append(b, '\n')
 		}
 	}

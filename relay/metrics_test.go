@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // page returns what the relay's WriteMetrics writes.
@@ -41,34 +43,43 @@ func totals(pending int, oldest string, omitted int) string {
 }
 
 func TestWriteOutboxes(t *testing.T) {
-	now := time.Now()
-	on := saleSample{SaleStats: SaleStats{Sale: "on"}, live: true}
-	over := saleSample{SaleStats: SaleStats{Sale: "over"}}
-	backlog := saleSample{SaleStats: SaleStats{Sale: "backlog", Pending: 3, OldestAge: 1500 * time.Millisecond}}
-	bad := saleSample{SaleStats: SaleStats{Sale: `x"} 1`, Pending: 1, OldestAge: 9 * time.Second}, live: true}
+	now := time.UnixMilli(time.Now().UnixMilli()) // whole ms: the ages below are exact
+	ago := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
+	quiet := known{sale: "quiet", active: now.Add(-time.Minute)}
+	lately := known{sale: "lately", active: now.Add(-time.Second)}
+	backlog := known{sale: "backlog", pending: 3, oldest: ago(1500 * time.Millisecond), active: now.Add(-time.Minute)}
+	scanned := known{sale: "scanned", pending: 4, active: now} // found by the scan, not looked at yet
+	bad := known{sale: `x"} 1`, pending: 1, oldest: ago(9 * time.Second), active: now}
 	tests := []struct {
-		name string
-		smp  *sample
-		want string
+		name     string
+		outboxes []known
+		want     string
 	}{
-		{"nothing to show: the totals alone", &sample{at: now, sales: []saleSample{over}}, totals(0, "0.000", 0)},
-		{"a sale on at zero, an ended one while it has entries, in sale order", &sample{at: now, sales: []saleSample{on, over, backlog}},
+		{"nothing to show: the totals alone", []known{quiet}, totals(0, "0.000", 0)},
+		{"a sale active lately at zero, an inactive one while it has entries, in sale order", []known{lately, quiet, backlog},
 			totals(3, "1.500", 0) +
 				"# TYPE flashgate_outbox_pending gauge\n" +
 				`flashgate_outbox_pending{sale="backlog"} 3` + "\n" +
-				`flashgate_outbox_pending{sale="on"} 0` + "\n" +
+				`flashgate_outbox_pending{sale="lately"} 0` + "\n" +
 				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
 				`flashgate_outbox_oldest_age_seconds{sale="backlog"} 1.500` + "\n" +
-				`flashgate_outbox_oldest_age_seconds{sale="on"} 0.000` + "\n"},
+				`flashgate_outbox_oldest_age_seconds{sale="lately"} 0.000` + "\n"},
+		{"entries whose age is not known yet", []known{scanned},
+			totals(4, "0.000", 0) +
+				"# TYPE flashgate_outbox_pending gauge\n" +
+				`flashgate_outbox_pending{sale="scanned"} 4` + "\n" +
+				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
+				`flashgate_outbox_oldest_age_seconds{sale="scanned"} 0.000` + "\n"},
 		// Its series would break the page; its entries still count.
-		{"an id outside the id rule has no series, but is in the totals", &sample{at: now, sales: []saleSample{bad}}, totals(1, "9.000", 0)},
+		{"an id outside the id rule has no series, but is in the totals", []known{bad}, totals(1, "9.000", 0)},
 		// A sale of buckets: its home's series carries its buckets'
-		// entries and their oldest age; the buckets have none of their own.
-		{"the buckets' outboxes in their sale's series", &sample{at: now, sales: []saleSample{
-			{SaleStats: SaleStats{Sale: "hot"}, live: true},
-			{SaleStats: SaleStats{Sale: "hot#0.0", Pending: 2, OldestAge: 300 * time.Millisecond}, live: true},
-			{SaleStats: SaleStats{Sale: "hot#1.4", Pending: 5, OldestAge: 700 * time.Millisecond}, live: true},
-		}},
+		// entries and their oldest age; the buckets have none of their
+		// own, and the home shows though the relay never worked on its
+		// own outbox.
+		{"the buckets' outboxes in their sale's series", []known{
+			{sale: "hot#0.0", pending: 2, oldest: ago(300 * time.Millisecond), active: now},
+			{sale: "hot#1.4", pending: 5, oldest: ago(700 * time.Millisecond), active: now},
+		},
 			totals(7, "0.700", 0) +
 				"# TYPE flashgate_outbox_pending gauge\n" +
 				`flashgate_outbox_pending{sale="hot"} 7` + "\n" +
@@ -78,7 +89,7 @@ func TestWriteOutboxes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			writeOutboxes(&b, tc.smp)
+			writeOutboxes(&b, tc.outboxes, now, activeFor)
 			if b.String() != tc.want {
 				t.Fatalf("got\n%s\nwant\n%s", b.String(), tc.want)
 			}
@@ -100,17 +111,19 @@ func shown(page string) []string {
 // Past maxSaleSeries sales, the ones waiting longest show, then the ones
 // with most entries, then by id; the others are counted as omitted.
 func TestWriteOutboxesBound(t *testing.T) {
-	smp := &sample{at: time.Now()}
+	now := time.UnixMilli(time.Now().UnixMilli())
+	ago := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
+	var outboxes []known
 	// Listed in reverse, so that the id order is the ranking's own work.
 	for i := maxSaleSeries + 9; i >= 0; i-- {
-		smp.sales = append(smp.sales, saleSample{SaleStats: SaleStats{Sale: fmt.Sprintf("s%04d", i), Pending: 2, OldestAge: 300 * time.Millisecond}, live: true})
+		outboxes = append(outboxes, known{sale: fmt.Sprintf("s%04d", i), pending: 2, oldest: ago(300 * time.Millisecond), active: now})
 	}
-	quiet := saleSample{SaleStats: SaleStats{Sale: "quiet"}, live: true}
-	stuck := saleSample{SaleStats: SaleStats{Sale: "stuck", Pending: 1, OldestAge: time.Hour}, live: true}
-	busy := saleSample{SaleStats: SaleStats{Sale: "zbusy", Pending: 900, OldestAge: 200 * time.Millisecond}, live: true}
-	smp.sales = append(smp.sales, quiet, stuck, busy)
+	outboxes = append(outboxes,
+		known{sale: "quiet", active: now},
+		known{sale: "stuck", pending: 1, oldest: ago(time.Hour), active: now},
+		known{sale: "zbusy", pending: 900, oldest: ago(200 * time.Millisecond), active: now})
 	var b bytes.Buffer
-	writeOutboxes(&b, smp)
+	writeOutboxes(&b, outboxes, now, activeFor)
 	p := b.String()
 	got := shown(p)
 	if len(got) != maxSaleSeries {
@@ -137,14 +150,48 @@ func TestWriteOutboxesBound(t *testing.T) {
 	}
 }
 
-// TestOutboxMetricsManySales is issue 12's finding 7: with 2,000 sales, a
-// stuck outbox of one entry cannot hide behind busier ones. The scrape
-// samples every outbox in chunked pipelines, and the totals count them all;
-// the stuck outbox is in the top-N; and two scrapes of an unchanged Redis
-// name the same sales. (Before: no totals, and the top-N by entries left
-// the stuck sale out.)
+// runCtx marks the context of a relay's Run, so that a hook can tell the
+// Redis calls of Run from any other.
+type runCtx struct{}
+
+// outsideRun counts the Redis calls of a client made on a context that is
+// not Run's (runCtx): those of a scrape, if it made any.
+type outsideRun struct{ n atomic.Int64 }
+
+func (h *outsideRun) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *outsideRun) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(runCtx{}) == nil {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *outsideRun) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if ctx.Value(runCtx{}) == nil {
+			h.n.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestOutboxMetricsManySales is issue 12's finding 7, on what the relay
+// knows (issue 18): with 2,000 sales, a stuck outbox of one entry cannot
+// hide behind busier ones. Once the relay's scan has walked the registry
+// and it has looked at what it found, the totals count every outbox with
+// entries; the stuck outbox is in the top-N; two scrapes name the same
+// sales; and a scrape makes no Redis call. The relay cannot reach
+// RabbitMQ, so the entries stay. (Before: no totals, and the top-N by
+// entries left the stuck sale out; then, each scrape read every sale's
+// outbox and meta.)
 func TestOutboxMetricsManySales(t *testing.T) {
 	e := newEnv(t)
+	away := *e.cfg                                    // a copy: the test's cleanup drops its topology on the real broker
+	away.AMQP.URL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens there
+	e.cfg = &away
 	ctx := context.Background()
 	const sales = 2000
 	// Entry ids at one fixed instant, so that every fresh outbox has the
@@ -160,11 +207,7 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	}
 	for i := range sales {
 		sale := fmt.Sprintf("m%04d", i)
-		ends := int64(0)
-		if i%10 == 9 {
-			ends = at - 1000 // over: shown only while it has entries
-		}
-		pipe.HSet(ctx, e.keys.Meta(sale), "stock", 5, "sold", 0, "ends", ends)
+		pipe.HSet(ctx, e.keys.Meta(sale), "stock", 5, "sold", 0, "ends", 0)
 		pipe.SAdd(ctx, e.keys.Sales(), sale)
 		for j := range i % 4 { // 0 to 3 entries
 			entry(sale, at, j)
@@ -176,12 +219,18 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(e.cfg, Deps{Redis: e.rdb})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb := localstack.NewRedis(nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	calls := &outsideRun{}
+	rdb.AddHook(calls)
+	r, _ := e.startRelayWith(context.WithValue(ctx, runCtx{}, true), Deps{Redis: rdb}, nil)
 
-	p := page(r)
+	var p string
+	waitFor(t, 30*time.Second, "no full scan, or the stuck outbox not looked at since", func() bool {
+		p = page(r)
+		age, _ := value(p, `flashgate_outbox_oldest_age_seconds{sale="stuck"}`)
+		return r.Stats().Scans > 0 && age >= 3600
+	})
 	got := shown(p)
 	if len(got) != maxSaleSeries {
 		t.Fatalf("%d sales shown, want %d", len(got), maxSaleSeries)
@@ -189,11 +238,10 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	if !slices.Contains(got, "stuck") {
 		t.Errorf("the stuck outbox (1 entry, an hour old) is not among the %d sales shown", maxSaleSeries)
 	}
-	// Shown: over ones with entries and live ones; an over one with none
-	// is not counted at all.
+	// Shown: the outboxes with entries (none was written to meanwhile).
 	eligible := 1
 	for i := range sales {
-		if i%10 != 9 || i%4 > 0 {
+		if i%4 > 0 {
 			eligible++
 		}
 	}
@@ -213,10 +261,13 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	if again := shown(page(r)); !slices.Equal(again, got) {
 		t.Errorf("a second scrape of the same Redis shows other sales")
 	}
+	if n := calls.n.Load(); n != 0 {
+		t.Errorf("%d Redis calls outside the relay's Run: the scrapes made them", n)
+	}
 }
 
-// A scrape while Redis cannot answer has the relay's counters only: no
-// totals computed over part of the sales, no per-sale series.
+// A relay that never ran (or cannot reach Redis) writes its counters only:
+// no totals over part of the outboxes, no per-sale series.
 func TestOutboxMetricsWithoutRedis(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // nothing listens there
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -235,7 +286,9 @@ func TestOutboxMetricsWithoutRedis(t *testing.T) {
 
 // TestOutboxMetricsWithoutRabbitMQ runs a relay that cannot reach RabbitMQ:
 // its outbox series (the only ones: the gateway samples no outbox) show the
-// backlog as it grows, with the series names and labels the dashboards use.
+// backlog as it grows, with the series names and labels the dashboards use:
+// an outbox with entries at start (found by the scan), a sale written to
+// (at 0: its outbox is empty), and none for a sale nobody wrote to.
 func TestOutboxMetricsWithoutRabbitMQ(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -252,17 +305,19 @@ func TestOutboxMetricsWithoutRabbitMQ(t *testing.T) {
 		}
 	}
 	meta("on", 0)
-	meta("over", time.Now().Add(-time.Hour).UnixMilli())
+	meta("idle", 0)
 	e.addOrders("backlog", 10) // no meta: shown for its entries alone
 	r, _ := e.startRelay("r1")
+	r.Wrote("on") // as the gateway does after a write; its outbox is empty again
 
 	var p string
 	waitFor(t, 10*time.Second, "no failed connection, or the outbox series do not show the backlog", func() bool {
 		p = page(r)
 		n, _ := value(p, `flashgate_outbox_pending{sale="backlog"}`)
 		age, _ := value(p, `flashgate_outbox_oldest_age_seconds{sale="backlog"}`)
+		_, on := value(p, `flashgate_outbox_pending{sale="on"}`)
 		errs, _ := value(p, "flashgate_relay_errors_total")
-		return n == 10 && age > 0 && errs > 0
+		return n == 10 && age > 0 && on && errs > 0
 	})
 	if v, ok := value(p, `flashgate_outbox_pending{sale="on"}`); !ok || v != 0 {
 		t.Errorf("sale on: pending %v (shown %v), want 0 shown", v, ok)
@@ -270,16 +325,18 @@ func TestOutboxMetricsWithoutRabbitMQ(t *testing.T) {
 	if _, ok := value(p, `flashgate_outbox_oldest_age_seconds{sale="on"}`); !ok {
 		t.Error("sale on: no oldest age series")
 	}
-	if strings.Contains(p, `"over"`) {
-		t.Errorf("an ended sale with an empty outbox shows:\n%s", p)
+	if strings.Contains(p, `"idle"`) {
+		t.Errorf("a sale nobody wrote to, with an empty outbox, shows:\n%s", p)
 	}
 	if c, _ := value(p, "flashgate_relay_connected"); c != 0 {
 		t.Errorf("connected %v without a broker", c)
 	}
 
-	// A scrape samples: it shows the outbox as it is now.
+	// A write the relay is told of shows within a look.
 	e.addOrders("backlog", 5)
-	if n, _ := value(page(r), `flashgate_outbox_pending{sale="backlog"}`); n != 15 {
-		t.Errorf("pending %v right after 5 more entries, want 15", n)
-	}
+	r.Wrote("backlog")
+	waitFor(t, 10*time.Second, "the 5 more entries do not show", func() bool {
+		n, _ := value(page(r), `flashgate_outbox_pending{sale="backlog"}`)
+		return n == 15
+	})
 }

@@ -27,10 +27,11 @@ type entry struct {
 	unconfirmed int
 }
 
-// outbox is the relay's side of the outbox streams: the sales it serves and
-// their consumer groups, the entries it holds (read or claimed, not yet
-// removed), and the confirmed ones waiting for their removal. It is owned by
-// Run's goroutine; only its counters are read elsewhere (Stats).
+// outbox is the relay's side of the outbox streams: what it reads and
+// claims from the sales it works on (sales.go), their consumer groups, the
+// entries it holds (read or claimed, not yet removed), and the confirmed
+// ones waiting for their removal. It is owned by Run's goroutine; only its
+// counters are read elsewhere (Stats).
 type outbox struct {
 	rdb        redis.UniversalClient
 	keys       scripts.Keys
@@ -39,16 +40,13 @@ type outbox struct {
 	batch      int
 	window     int // entries held at most
 	claimAfter time.Duration
+	poll       time.Duration
 
-	sales     []string             // every sale known, from the last sample
-	ready     map[string]bool      // consumer group known to exist
-	active    map[string]time.Time // last time the sale's outbox had entries
-	backlog   map[string]int64     // outbox length at the last sample
-	claimFrom map[string]string    // XAUTOCLAIM cursor per sale
-	tracked   map[string]struct{}  // sale + "\x00" + id of every entry held
-	acks      map[string][]any     // sale → confirmed entries to remove: id, orders, id, orders, …
-	toRemove  int                  // entries in acks
-	rot       int                  // rotating start among sales for fairness
+	ss       *sales
+	pollAt   time.Time           // when every sale is next read
+	tracked  map[string]struct{} // sale + "\x00" + id of every entry held
+	acks     map[string][]any    // sale → confirmed entries to remove: id, orders, id, orders, …
+	toRemove int                 // entries in acks
 
 	n outboxCounts
 }
@@ -59,49 +57,69 @@ type outboxCounts struct {
 	held                              atomic.Int64 // len(tracked)
 }
 
-func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, name string, c config.Relay) *outbox {
+func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, name string, c config.Relay, ss *sales) *outbox {
 	return &outbox{
 		rdb: rdb, keys: keys, log: log, name: name,
-		batch: c.Batch, window: c.MaxInFlight, claimAfter: c.ClaimAfter,
-		ready:     map[string]bool{},
-		active:    map[string]time.Time{},
-		backlog:   map[string]int64{},
-		claimFrom: map[string]string{},
-		tracked:   map[string]struct{}{},
-		acks:      map[string][]any{},
+		batch: c.Batch, window: c.MaxInFlight, claimAfter: c.ClaimAfter, poll: c.Poll,
+		ss:      ss,
+		tracked: map[string]struct{}{},
+		acks:    map[string][]any{},
 	}
 }
 
 // room is how many more entries the outbox may hold.
 func (o *outbox) room() int { return o.window - len(o.tracked) }
 
-// apply takes in a new sample: the sales to serve, each outbox's length
-// (an empty outbox has nothing to claim) and which had entries lately (those
-// are polled every relay.poll). It creates the consumer group of every sale
-// new to it.
-func (o *outbox) apply(ctx context.Context, smp *sample) {
-	o.sales = o.sales[:0]
-	for _, s := range smp.sales {
-		o.sales = append(o.sales, s.Sale)
-		o.backlog[s.Sale] = s.Pending
-		if s.Pending > 0 {
-			o.active[s.Sale] = smp.at
+// nextRead returns when a read is next due: at once while a sale is hot
+// (noticed, found with entries, or read full last time), at the next poll
+// while the relay works on any sale; ok is false when there is none.
+func (o *outbox) nextRead() (at time.Time, ok bool) {
+	switch {
+	case o.ss.hotN > 0:
+		return time.Time{}, true
+	case len(o.ss.list) > 0:
+		return o.pollAt, true
+	}
+	return time.Time{}, false
+}
+
+// ensureGroups creates the consumer group of each sale in sales that has
+// none known, in one pipeline (MKSTREAM: an outbox noticed but gone is
+// created empty, rather than failing every read; BUSYGROUP: the group
+// exists already, another relay made it).
+// A group is created just before its outbox is first read, so a sale
+// nobody buys from has none. It returns the sales whose group is known.
+func (o *outbox) ensureGroups(ctx context.Context, sales []*sale) []*sale {
+	var cmds []*redis.StatusCmd
+	var news []*sale
+	pipe := o.rdb.Pipeline()
+	for _, s := range sales {
+		if !s.ready {
+			news = append(news, s)
+			cmds = append(cmds, pipe.XGroupCreateMkStream(ctx, o.keys.Outbox(s.id), Group, "0"))
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, redisCall)
-	defer cancel()
-	for _, s := range o.sales {
-		if o.ready[s] {
-			continue
-		}
-		err := o.rdb.XGroupCreateMkStream(cctx, o.keys.Outbox(s), Group, "0").Err()
-		if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-			o.n.errs.Add(1)
-			o.log.Warn("cannot create the outbox consumer group", zap.String("sale", s), zap.Error(err))
-			continue
-		}
-		o.ready[s] = true
+	if len(news) == 0 {
+		return sales
 	}
+	_, _ = pipe.Exec(ctx) // errors are per command, below
+	for i, s := range news {
+		if err := cmds[i].Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			if ctx.Err() == nil {
+				o.n.errs.Add(1)
+				o.log.Warn("cannot create the outbox consumer group", zap.String("sale", s.id), zap.Error(err))
+			}
+			continue // read at the next poll
+		}
+		s.ready = true
+	}
+	out := make([]*sale, 0, len(sales))
+	for _, s := range sales {
+		if s.ready {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (o *outbox) track(sale, id string) bool {
@@ -153,116 +171,131 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 	return e
 }
 
-// read reads entries never delivered to any relay, from as many active
-// sales as the room allows, in one pipelined round trip. It fails only when
-// nothing could be read and some sale's read failed.
-func (o *outbox) read(ctx context.Context) ([]*entry, error) {
+// read reads entries never delivered to any relay from the sales due for a
+// read (the hot ones; every one when the poll is due), as many as the room
+// allows, in one pipelined round trip (two when a group is to be created
+// first). A sale whose read came back full is hot again: more may wait.
+// It fails only when some sale's read failed and none succeeded.
+func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
+	if !now.Before(o.pollAt) {
+		o.ss.pollAll()
+		o.pollAt = now.Add(o.poll)
+	}
 	budget := o.room()
-	now := time.Now()
-	var sales []string
-	for i := 0; i < len(o.sales) && len(sales) < budget; i++ {
-		s := o.sales[(o.rot+i)%len(o.sales)]
-		if o.ready[s] && now.Sub(o.active[s]) < activeFor {
-			sales = append(sales, s)
-		}
+	picked := o.ss.takeHot(budget)
+	if len(picked) == 0 {
+		return nil, nil
 	}
-	if len(o.sales) > 0 {
-		o.rot = (o.rot + len(sales)) % len(o.sales)
-	}
+	cctx, cancel := context.WithTimeout(ctx, redisCall)
+	defer cancel()
+	sales := o.ensureGroups(cctx, picked)
 	if len(sales) == 0 {
 		return nil, nil
 	}
 	count := int64(max(1, min(o.batch, budget/len(sales))))
-	cctx, cancel := context.WithTimeout(ctx, redisCall)
-	defer cancel()
 	pipe := o.rdb.Pipeline()
 	cmds := make([]*redis.XStreamSliceCmd, len(sales))
 	for i, s := range sales {
 		cmds[i] = pipe.XReadGroup(cctx, &redis.XReadGroupArgs{
-			Group: Group, Consumer: o.name, Streams: []string{o.keys.Outbox(s), ">"}, Count: count, Block: -1,
+			Group: Group, Consumer: o.name, Streams: []string{o.keys.Outbox(s.id), ">"}, Count: count, Block: -1,
 		})
 	}
 	_, _ = pipe.Exec(cctx) // errors are per command, below
 	var out []*entry
 	var firstErr error
+	ok := 0
 	for i, cmd := range cmds {
+		s := sales[i]
 		streams, err := cmd.Result()
 		if errors.Is(err, redis.Nil) {
+			ok++
 			continue
 		}
 		if err != nil {
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				o.ready[sales[i]] = false // the stream was deleted: create it again
+				// The stream was deleted: create it again, at once.
+				s.ready = false
+				o.ss.setHot(s, true)
 				continue
 			}
 			if firstErr == nil {
-				firstErr = fmt.Errorf("relay: read outbox of %s: %w", sales[i], err)
+				firstErr = fmt.Errorf("relay: read outbox of %s: %w", s.id, err)
 			}
 			continue
 		}
-		for _, s := range streams {
-			if len(s.Messages) > 0 {
-				o.active[sales[i]] = now
+		ok++
+		for _, st := range streams {
+			if len(st.Messages) == 0 {
+				continue
 			}
-			for _, m := range s.Messages {
-				if !o.track(sales[i], m.ID) {
+			s.active = now
+			if int64(len(st.Messages)) == count {
+				o.ss.setHot(s, true)
+			}
+			for _, m := range st.Messages {
+				if !o.track(s.id, m.ID) {
 					continue
 				}
-				if e := o.toEntry(ctx, sales[i], m); e != nil {
+				if e := o.toEntry(ctx, s.id, m); e != nil {
 					out = append(out, e)
 				}
 			}
 		}
 	}
-	if firstErr != nil && len(out) == 0 {
+	if firstErr != nil && ok == 0 {
 		o.n.errs.Add(1)
 		return nil, firstErr
 	}
 	return out, nil
 }
 
-// claim takes over entries pending longer than claim_after: a dead relay's,
-// or this relay's own when a read's reply was lost. Entries this relay holds
-// are skipped (their idle time is reset, which is harmless). The entries it
-// returns are for publishing at once.
+// claim takes over entries pending longer than claim_after from the sales
+// whose outbox had entries at the last look (in one pipeline): a dead
+// relay's, or this relay's own when a read's reply was lost. Entries this
+// relay holds are skipped (their idle time is reset, which is harmless).
+// The entries it returns are for publishing at once.
 func (o *outbox) claim(ctx context.Context) []*entry {
-	var out []*entry
-	for _, sale := range o.sales {
-		// A pending entry is still in the stream: an empty outbox has
-		// nothing to claim.
-		if !o.ready[sale] || o.backlog[sale] == 0 {
-			continue
-		}
-		budget := o.room()
-		if budget <= 0 {
-			break
-		}
-		start := o.claimFrom[sale]
+	budget := o.room()
+	sales := o.ss.claimable(budget)
+	if len(sales) == 0 {
+		return nil
+	}
+	count := int64(max(1, min(o.batch, budget/len(sales))))
+	cctx, cancel := context.WithTimeout(ctx, redisCall)
+	defer cancel()
+	pipe := o.rdb.Pipeline()
+	cmds := make([]*redis.XAutoClaimCmd, len(sales))
+	for i, s := range sales {
+		start := s.claimFrom
 		if start == "" {
 			start = "0-0"
 		}
-		cctx, cancel := context.WithTimeout(ctx, redisCall)
-		msgs, next, err := o.rdb.XAutoClaim(cctx, &redis.XAutoClaimArgs{
-			Stream: o.keys.Outbox(sale), Group: Group, Consumer: o.name,
-			MinIdle: o.claimAfter, Start: start, Count: int64(min(o.batch, budget)),
-		}).Result()
-		cancel()
+		cmds[i] = pipe.XAutoClaim(cctx, &redis.XAutoClaimArgs{
+			Stream: o.keys.Outbox(s.id), Group: Group, Consumer: o.name,
+			MinIdle: o.claimAfter, Start: start, Count: count,
+		})
+	}
+	_, _ = pipe.Exec(cctx) // errors are per command, below
+	var out []*entry
+	for i, cmd := range cmds {
+		s := sales[i]
+		msgs, next, err := cmd.Result()
 		if err != nil {
 			if ctx.Err() == nil {
 				o.n.errs.Add(1)
-				o.log.Warn("cannot claim pending outbox entries", zap.String("sale", sale), zap.Error(err))
+				o.log.Warn("cannot claim pending outbox entries", zap.String("sale", s.id), zap.Error(err))
 			}
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				o.ready[sale] = false
+				s.ready = false
 			}
 			continue
 		}
-		o.claimFrom[sale] = next
+		s.claimFrom = next
 		for _, m := range msgs {
-			if len(m.Values) == 0 || !o.track(sale, m.ID) {
+			if len(m.Values) == 0 || !o.track(s.id, m.ID) {
 				continue // deleted meanwhile (Redis 6.2 shape), or ours already
 			}
-			if e := o.toEntry(ctx, sale, m); e != nil {
+			if e := o.toEntry(ctx, s.id, m); e != nil {
 				o.n.claimed.Add(1)
 				out = append(out, e)
 			}

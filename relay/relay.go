@@ -24,13 +24,27 @@
 // order twice (a nacked or lost message is published again whole). The
 // consumer makes duplicates harmless.
 //
-// The parts, one file each: the outbox (outbox.go: the sales served, what
-// is read, held, claimed and removed), the publisher (publisher.go: the
-// confirm channel, what is in flight and what waits for another publish),
-// the sampler (sample.go: the one look at every outbox's length and age),
-// the session loop and its timed jobs, which drive the others over one
-// RabbitMQ session and pause between sessions (session.go), and the metrics
-// (metrics.go).
+// The relay's work grows with the orders written, not with the sales that
+// exist. The gateway tells it which outboxes it wrote (Wrote); those are
+// read at once and stay active for activeFor: looked at (length, oldest
+// entry) every second, polled every relay.poll, claimed from while they
+// hold entries. A consumer group is created just before an outbox is first
+// read. What nobody told this relay of (a dead gateway's entries, another
+// process's writes, what is there at start) a scan of the registry of sales
+// finds: one walk at start as fast as Redis answers, then one walk every
+// Deps.ScanEvery, a slice a second (a registry of up to 50 sales is walked
+// every second); an outbox it finds with entries becomes active. An idle
+// relay therefore costs Redis about one XLEN per sale per ScanEvery, and a
+// scrape of its metrics none (they show what it knows).
+//
+// The parts, one file each: the notices (notice.go: Wrote), the sales
+// worked on (sales.go: which are active, hot, known to have entries), the
+// look at them (look.go), the scan of the registry (scan.go), the outbox
+// (outbox.go: what is read, held, claimed and removed), the publisher
+// (publisher.go: the confirm channel, what is in flight and what waits for
+// another publish), the session loop and its timed jobs, which drive the
+// others over one RabbitMQ session and pause between sessions
+// (session.go), and the metrics (metrics.go).
 package relay
 
 import (
@@ -56,14 +70,16 @@ const (
 	// redisCall bounds one Redis call of the relay. The relay is not on
 	// the buy path, so it may wait longer than a buyer would.
 	redisCall = 2 * time.Second
-	// refreshEvery is how often the set of sales and the length of every
-	// outbox are re-read.
+	// refreshEvery is how often the active outboxes are looked at, and
+	// the longest step of the scan of the registry.
 	refreshEvery = time.Second
-	// activeFor is how long a sale whose outbox had entries stays polled
-	// every relay.poll. Quieter sales are looked at every refreshEvery
-	// only, so that a Redis holding thousands of past sales is not polled
-	// thousands of times per poll.
-	activeFor = time.Minute
+	// activeFor is how long an outbox stays active (looked at every
+	// refreshEvery, polled every relay.poll) after its last notice or the
+	// last time it was seen with entries. A new write notifies again, so
+	// it can be short: an idle outbox soon costs nothing.
+	activeFor = 10 * time.Second
+	// scanEvery is Deps.ScanEvery's default: one walk of the registry.
+	scanEvery = time.Minute
 	// closeGrace is added to the drain deadline before a connection stuck
 	// in a write (a broker that blocks publishers) is closed under it.
 	closeGrace = time.Second
@@ -79,6 +95,11 @@ type Deps struct {
 	// Drain bounds the wait for outstanding confirms after Run's ctx ends.
 	// Zero: half of shutdown.timeout, at most 5s.
 	Drain time.Duration
+	// ScanEvery is how long one walk of the registry of sales takes after
+	// the first, at start (shorter where that pace would look at fewer
+	// than 50 sales a second): about the longest an outbox with entries
+	// nobody told this relay of (Wrote) waits to be found. Zero: a minute.
+	ScanEvery time.Duration
 }
 
 // Stats are the relay's counters since start, for metrics.
@@ -97,15 +118,20 @@ type Stats struct {
 	InFlight   int    // published, not yet confirmed
 	Tracked    int    // entries held in memory: in flight, awaiting retry or awaiting XACK
 	Connected  bool   // a RabbitMQ session is open
-	Sales      []SaleStats
+	Scans      uint64 // walks of the whole registry of sales completed, the one at start included
+	// Sales are the outboxes the relay knows with entries (active ones
+	// looked at within a second, others found by the scan within
+	// Deps.ScanEvery) or active (notified, or seen with entries, within
+	// the last 10s), in sale id order.
+	Sales []SaleStats
 }
 
-// SaleStats is the state of one sale's outbox, as last sampled (every
-// second).
+// SaleStats is the state of one outbox (a sale's, or a bucket's
+// "SALE#i.n"), as the relay last looked at it.
 type SaleStats struct {
 	Sale      string
 	Pending   int64         // entries in the outbox: accepted, not yet confirmed by RabbitMQ
-	OldestAge time.Duration // age of the oldest of them; 0 when none
+	OldestAge time.Duration // age of the oldest of them now; 0 when none, or not looked at since it had entries
 }
 
 // Relay is the outbox relay. Run it once; Stats and WriteMetrics are safe
@@ -118,17 +144,23 @@ type Relay struct {
 	started atomic.Bool
 	loop    broker.Loop
 
-	// Each part owns its state. The outbox and the publisher belong to
-	// Run's goroutine, but for their counters; the sampler holds none.
-	ob   *outbox
-	pub  *publisher
-	smp  *sampler
-	last atomic.Pointer[sample] // the session loop's last sample, for Stats
+	notes *notices // Wrote's, taken by Run's goroutine
 
-	// The session loop's timed jobs, owned by Run's goroutine.
-	refresh, read, claim, remove job
-	claimEvery                   time.Duration
-	poll                         time.Duration
+	// Each part owns its state, Run's goroutine but for their counters.
+	ss        *sales
+	ob        *outbox
+	pub       *publisher
+	lk        *looker
+	sc        *scanner
+	activeFor time.Duration        // activeFor; tests shorten it before Run
+	last      atomic.Pointer[view] // what the relay knows, for Stats and WriteMetrics; nil while Run is not running
+
+	// The session loop's timed jobs and its scratch, owned by Run's
+	// goroutine.
+	look, scan, read, claim, remove job
+	claimEvery                      time.Duration
+	lookOK, scanOK                  bool     // the last look and scan step succeeded
+	noted                           []string // notices taken
 }
 
 // New validates the settings and returns a relay. It connects to nothing
@@ -155,17 +187,26 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 	if drain <= 0 {
 		drain = min(5*time.Second, cfg.Shutdown.Timeout/2)
 	}
+	every := deps.ScanEvery
+	if every <= 0 {
+		every = scanEvery
+	}
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
+	ss := newSales(activeFor)
 	r := &Relay{
 		name:       name,
 		drain:      drain,
 		log:        log,
-		ob:         newOutbox(deps.Redis, keys, log, name, cfg.Relay),
-		smp:        &sampler{rdb: deps.Redis, keys: keys},
+		notes:      newNotices(),
+		ss:         ss,
+		ob:         newOutbox(deps.Redis, keys, log, name, cfg.Relay, ss),
+		lk:         &looker{rdb: deps.Redis, keys: keys},
+		sc:         &scanner{rdb: deps.Redis, keys: keys, every: every, floor: scanFloor},
+		activeFor:  activeFor,
+		scan:       job{bo: retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}},
 		read:       job{bo: retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}},
 		remove:     job{bo: retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}},
 		claimEvery: max(cfg.Relay.ClaimAfter/2, cfg.Relay.Poll),
-		poll:       cfg.Relay.Poll,
 	}
 	r.pub = newPublisher(cfg.AMQP.Exchange, cfg.Relay.MaxInFlight, cfg.Relay.MessageOrders, r.ob.confirmed)
 	r.loop = broker.Loop{
@@ -181,8 +222,8 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 // Name returns the relay's consumer name in the outbox groups.
 func (r *Relay) Name() string { return r.name }
 
-// Stats returns the counters and the last sample of the outboxes. It is safe
-// for concurrent use and does no I/O.
+// Stats returns the counters and what the relay last knew of the outboxes.
+// It is safe for concurrent use and does no I/O.
 func (r *Relay) Stats() Stats {
 	p, o := &r.pub.n, &r.ob.n
 	s := Stats{
@@ -196,15 +237,18 @@ func (r *Relay) Stats() Stats {
 		Claimed:    o.claimed.Load(),
 		Malformed:  o.malformed.Load(),
 		Reconnects: r.loop.Reconnects(),
-		Errors:     o.errs.Load() + r.smp.errs.Load() + r.loop.Failures(),
+		Errors:     o.errs.Load() + r.lk.errs.Load() + r.sc.errs.Load() + r.loop.Failures(),
 		InFlight:   int(p.inFlight.Load()),
 		Tracked:    int(o.held.Load()),
 		Connected:  r.loop.Connected(),
+		Scans:      r.sc.walks.Load(),
 	}
-	if smp := r.last.Load(); smp != nil {
-		s.Sales = make([]SaleStats, len(smp.sales))
-		for i, ss := range smp.sales {
-			s.Sales[i] = ss.SaleStats
+	if v := r.last.Load(); v != nil {
+		now := time.Now()
+		for _, k := range v.sales {
+			if k.shown(now, r.activeFor) {
+				s.Sales = append(s.Sales, SaleStats{Sale: k.sale, Pending: k.pending, OldestAge: k.age(now)})
+			}
 		}
 	}
 	return s
@@ -221,8 +265,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("relay: Run called twice")
 	}
+	r.ss.activeFor = r.activeFor
 	r.loop.Run(ctx, r.serve)
 	// Confirmed entries that could not be removed yet: one last try.
 	r.removeConfirmed(ctx, true)
+	r.last.Store(nil) // what it knew goes stale from now on
 	return nil
 }

@@ -58,14 +58,14 @@ func (r *Relay) serve(ctx context.Context, s *broker.Session) error {
 			return err
 		}
 		worked := n > 0
-		if r.read.due(now) && r.ob.room() > 0 {
-			batch, err := r.ob.read(ctx)
+		if r.ob.room() > 0 && r.read.due(now) && r.readDue(now) {
+			batch, err := r.ob.read(ctx, now)
 			switch {
 			case err != nil:
 				r.read.failed(now)
 				r.log.Warn("cannot read the outbox", zap.Error(err))
 			case len(batch) == 0:
-				r.read.done(now, r.poll)
+				r.read.done(now, 0) // the outbox schedules the next (nextRead)
 			default:
 				r.read.done(now, 0)
 				if err := r.pub.sendAll(batch); err != nil {
@@ -83,25 +83,52 @@ func (r *Relay) serve(ctx context.Context, s *broker.Session) error {
 	}
 }
 
+// readDue reports whether the outbox has sales to read at now.
+func (r *Relay) readDue(now time.Time) bool {
+	at, ok := r.ob.nextRead()
+	return ok && !now.Before(at)
+}
+
 // chores runs the timed jobs of the outbox that are due, connected or not:
-// the refresh of the sales to serve from a new sample (which also keeps
-// Stats current while RabbitMQ is away, when it matters), the removal of
-// confirmed entries and, while a session is open to publish them, the
-// claim of entries other relays left pending.
+// taking the notices of writes (Wrote), the look at the active outboxes
+// and the next step of the scan of the registry (which also keep Stats
+// and the metrics current while RabbitMQ is away, when it matters), the
+// removal of confirmed entries and, while a session is open to publish
+// them, the claim of entries other relays left pending.
 func (r *Relay) chores(ctx context.Context, now time.Time, connected bool) {
-	if r.refresh.due(now) {
+	r.noted = r.notes.take(r.noted[:0])
+	for _, sale := range r.noted {
+		r.ss.noticed(sale, now)
+	}
+	known := false // r.last is to be made anew
+	if r.look.due(now) {
 		cctx, cancel := context.WithTimeout(ctx, redisCall)
-		smp, err := r.smp.take(cctx, false)
+		err := r.lk.look(cctx, r.ss, now)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("cannot sample the outboxes", zap.Error(err))
-			}
-		} else {
-			r.last.Store(smp)
-			r.ob.apply(ctx, smp)
+		if r.lookOK = err == nil; r.lookOK {
+			r.ss.forget(now)
+		} else if ctx.Err() == nil {
+			r.log.Warn("cannot look at the outboxes", zap.Error(err))
 		}
-		r.refresh.done(now, refreshEvery)
+		r.look.done(now, refreshEvery)
+		known = true
+	}
+	if r.scan.due(now) {
+		cctx, cancel := context.WithTimeout(ctx, redisCall)
+		err := r.sc.step(cctx, r.ss, now)
+		cancel()
+		if r.scanOK = err == nil; r.scanOK {
+			r.scan.done(now, r.sc.stepEvery())
+		} else {
+			r.scan.failed(now)
+			if ctx.Err() == nil {
+				r.log.Warn("cannot scan the sales", zap.Error(err))
+			}
+		}
+		known = true
+	}
+	if known {
+		r.last.Store(r.ss.view(r.sc.walks.Load() > 0 && r.lookOK && r.scanOK))
 	}
 	if r.ob.unremoved() > 0 && r.remove.due(now) {
 		r.removeConfirmed(ctx, false)
@@ -115,7 +142,7 @@ func (r *Relay) chores(ctx context.Context, now time.Time, connected bool) {
 // nextChore returns when the earliest timed job is due: those of chores
 // and, while connected, the next read and the next retry.
 func (r *Relay) nextChore(connected bool) time.Time {
-	next := r.refresh.at
+	next := earlier(r.look.at, r.scan.at)
 	if r.ob.unremoved() > 0 {
 		next = earlier(next, r.remove.at)
 	}
@@ -123,8 +150,8 @@ func (r *Relay) nextChore(connected bool) time.Time {
 		return next
 	}
 	next = earlier(next, r.claim.at)
-	if r.ob.room() > 0 {
-		next = earlier(next, r.read.at)
+	if at, ok := r.ob.nextRead(); ok && r.ob.room() > 0 {
+		next = earlier(next, later(at, r.read.at))
 	}
 	if at, ok := r.pub.nextRetry(); ok {
 		next = earlier(next, at)
@@ -155,8 +182,8 @@ func (r *Relay) removeConfirmed(ctx context.Context, final bool) {
 	r.remove.done(now, 0)
 }
 
-// wait blocks until a confirm arrives, the session ends, ctx ends or the
-// next timed job is due.
+// wait blocks until a confirm arrives, a notice of a write (Wrote), the
+// session ends, ctx ends or the next timed job is due.
 func (r *Relay) wait(ctx context.Context, s *broker.Session) error {
 	d := time.Until(r.nextChore(true))
 	if d <= 0 {
@@ -169,6 +196,7 @@ func (r *Relay) wait(ctx context.Context, s *broker.Session) error {
 		return r.pub.settle(c, ok)
 	case <-s.Done():
 		return r.pub.sessionErr()
+	case <-r.notes.wake:
 	case <-ctx.Done():
 	case <-t.C:
 	}
@@ -191,7 +219,8 @@ func (r *Relay) drainSession(ctx context.Context) error {
 
 // pause is the relay's broker.Loop Pause: it waits d between connection
 // attempts, or until ctx ends, and meanwhile removes the entries confirmed
-// before the connection was lost and keeps the sales to serve current.
+// before the connection was lost and keeps what it knows of the outboxes
+// current. Notices wait for the next chores: nothing can be published.
 func (r *Relay) pause(ctx context.Context, d time.Duration) {
 	end := time.Now().Add(d)
 	for {
@@ -205,6 +234,13 @@ func (r *Relay) pause(ctx context.Context, d time.Duration) {
 			return
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func earlier(a, b time.Time) time.Time {

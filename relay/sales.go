@@ -1,0 +1,223 @@
+package relay
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// sale is what the relay knows of one outbox: a sale's own, or a bucket's
+// ("SALE#i.n").
+type sale struct {
+	id string
+	// active is the last notice of a write, or the last look or scan that
+	// saw entries. A sale active within activeFor is looked at every
+	// refreshEvery and polled every relay.poll.
+	active time.Time
+	// pending is the outbox's length at the last look or scan; -1 until
+	// the first.
+	pending int64
+	// oldest is the Redis time (Unix ms, from its id) of the outbox's
+	// oldest entry at the last look; 0 when it is empty or was not looked
+	// at since it had entries.
+	oldest    int64
+	ready     bool   // its consumer group is known to exist
+	hot       bool   // to be read at the next read
+	claimFrom string // XAUTOCLAIM cursor
+}
+
+// sales are the outboxes the relay works on: the active ones and those
+// with entries. Only they are looked at, read and claimed from, so the
+// relay's work follows the orders written, not the sales that exist. An
+// outbox leaves once it has been inactive for activeFor with no entry, so
+// the memory it takes is bounded by the same measure. Owned by Run's
+// goroutine.
+type sales struct {
+	activeFor time.Duration
+	m         map[string]*sale
+	list      []*sale // m's values, oldest first: the rotating order of reads and claims
+	hotN      int     // sales with hot set
+	readRot   int     // where the next read starts in list
+	claimRot  int     // where the next claim starts in list
+}
+
+func newSales(activeFor time.Duration) *sales {
+	return &sales{activeFor: activeFor, m: map[string]*sale{}}
+}
+
+// get returns the sale, added if it is new.
+func (ss *sales) get(id string) *sale {
+	s, ok := ss.m[id]
+	if !ok {
+		s = &sale{id: id, pending: -1}
+		ss.m[id] = s
+		ss.list = append(ss.list, s)
+	}
+	return s
+}
+
+func (ss *sales) setHot(s *sale, hot bool) {
+	if s.hot != hot {
+		s.hot = hot
+		if hot {
+			ss.hotN++
+		} else {
+			ss.hotN--
+		}
+	}
+}
+
+// noticed records a notice of a write to id's outbox: the sale is active
+// from now and read at the next read.
+func (ss *sales) noticed(id string, now time.Time) {
+	s := ss.get(id)
+	s.active = now
+	ss.setHot(s, true)
+}
+
+// looked records id's outbox length n, as a look or a scan saw it at now.
+// A sale unknown until now is added only when it has entries, and then
+// read at once: nobody told this relay about them.
+func (ss *sales) looked(id string, n int64, now time.Time) {
+	s, ok := ss.m[id]
+	if !ok {
+		if n <= 0 {
+			return
+		}
+		s = ss.get(id)
+		ss.setHot(s, true)
+	}
+	if s.pending <= 0 && n > 0 {
+		s.oldest = 0 // its entries are new to us: their age is for the next look
+	}
+	s.pending = n
+	if n > 0 {
+		s.active = now
+	} else {
+		s.oldest = 0
+	}
+}
+
+// pollAll marks every sale for the next read.
+func (ss *sales) pollAll() {
+	for _, s := range ss.list {
+		ss.setHot(s, true)
+	}
+}
+
+// takeHot returns up to n hot sales, rotating among them from one read to
+// the next, and clears their hot mark.
+func (ss *sales) takeHot(n int) []*sale {
+	if ss.hotN == 0 || n <= 0 {
+		return nil
+	}
+	var out []*sale
+	l := len(ss.list)
+	i := 0
+	for ; i < l && len(out) < n && ss.hotN > 0; i++ {
+		s := ss.list[(ss.readRot+i)%l]
+		if s.hot {
+			ss.setHot(s, false)
+			out = append(out, s)
+		}
+	}
+	ss.readRot = (ss.readRot + i) % l
+	return out
+}
+
+// claimable returns up to n sales whose outbox had entries at the last look
+// and whose group is known, rotating among them from one claim to the
+// next: a pending entry is still in its stream, so an empty outbox has
+// nothing to claim.
+func (ss *sales) claimable(n int) []*sale {
+	var out []*sale
+	l := len(ss.list)
+	i := 0
+	for ; i < l && len(out) < n; i++ {
+		s := ss.list[(ss.claimRot+i)%l]
+		if s.ready && s.pending > 0 {
+			out = append(out, s)
+		}
+	}
+	if l > 0 {
+		ss.claimRot = (ss.claimRot + i) % l
+	}
+	return out
+}
+
+// ids returns the ids of every sale, in list order.
+func (ss *sales) ids() []string {
+	out := make([]string, len(ss.list))
+	for i, s := range ss.list {
+		out[i] = s.id
+	}
+	return out
+}
+
+// forget drops the sales inactive for activeFor whose outbox was empty at
+// the last look and that wait for no read. Call it only after a look
+// that succeeded, so that an outbox is never forgotten on old news.
+func (ss *sales) forget(now time.Time) {
+	kept := ss.list[:0]
+	for _, s := range ss.list {
+		if s.pending == 0 && !s.hot && now.Sub(s.active) >= ss.activeFor {
+			delete(ss.m, s.id)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	clear(ss.list[len(kept):]) // let the forgotten go
+	ss.list = kept
+	if len(ss.list) == 0 {
+		ss.list = nil
+	}
+	if l := len(ss.list); l > 0 {
+		ss.readRot %= l
+		ss.claimRot %= l
+	} else {
+		ss.readRot, ss.claimRot = 0, 0
+	}
+}
+
+// known is one outbox as a view shows it.
+type known struct {
+	sale    string
+	pending int64     // entries; 0 also when not looked at yet
+	oldest  int64     // Unix ms of the oldest entry; 0: none, or not looked at yet
+	active  time.Time // as sale.active
+}
+
+// view is what the relay last knew of the outboxes, for Stats and
+// WriteMetrics. It is never changed once made, so any goroutine may read it.
+type view struct {
+	sales []known
+	// complete: a full scan of the registry has ended since Run started
+	// and the last look and scan step succeeded, so that every outbox with
+	// entries is in sales (within a scan cycle).
+	complete bool
+}
+
+// view returns what the relay knows now.
+func (ss *sales) view(complete bool) *view {
+	v := &view{sales: make([]known, 0, len(ss.list)), complete: complete}
+	for _, s := range ss.list {
+		v.sales = append(v.sales, known{sale: s.id, pending: max(s.pending, 0), oldest: s.oldest, active: s.active})
+	}
+	slices.SortFunc(v.sales, func(a, b known) int { return strings.Compare(a.sale, b.sale) })
+	return v
+}
+
+// age is the age at now of k's oldest entry: 0 when it has none, or has not
+// been looked at since it had entries.
+func (k known) age(now time.Time) time.Duration {
+	if k.pending == 0 || k.oldest == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.UnixMilli(k.oldest)))
+}
+
+// shown reports whether k has per-sale series (and a row in Stats.Sales)
+// at now: while its outbox holds entries, and at 0 while it is active.
+func (k known) shown(now time.Time, activeFor time.Duration) bool {
+	return k.pending > 0 || now.Sub(k.active) < activeFor
+}
