@@ -38,6 +38,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 		return err
 	}
 	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload,
+		Wrote: rl.Wrote,
 		Metrics: func(w io.Writer) {
 			rl.WriteMetrics(w)
 			metrics.WriteProcessMetrics(w)
