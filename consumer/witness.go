@@ -47,8 +47,11 @@ func (w *witness) settled(batch []amqp.Delivery) {
 	}
 }
 
+// lost records the end of a session: until the next one settles or waits,
+// the consumer vouches for nothing (it is not on the queue).
 func (w *witness) lost(now time.Time) {
 	w.idleSince.Store(0)
+	w.stamp.Store(0)
 	w.failed.Store(now.UnixMilli())
 }
 
@@ -56,8 +59,9 @@ func (w *witness) lost(now time.Time) {
 // MySQL: through is a time before which every delivery sent to it has been
 // settled (its orders committed, or dead-lettered); failed is the last time
 // deliveries sent to it went back to the queue unsettled (zero: never), to
-// be delivered again, possibly to another consumer. Both are zero before
-// the first session.
+// be delivered again, possibly to another consumer. through is zero while
+// the consumer has no session, and from the start of a session until it
+// has waited or settled: it vouches for nothing then.
 //
 // A consume loop that has waited with nothing in hand for witnessMargin
 // vouches for now less the margin. A busy one vouches for the publish time

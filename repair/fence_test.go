@@ -208,3 +208,44 @@ func TestRepairManySales(t *testing.T) {
 		}
 	}
 }
+
+// A consumer process with no session vouches for nothing and is not
+// waited for: RabbitMQ counts only the consumers on the queue. Its
+// deliveries that went back to the queue after the fence began still
+// begin it again.
+func TestRepairFenceSkipsConsumersWithoutSession(t *testing.T) {
+	e := newEnv(t, "rs")
+	e.create(5, 2, 0)
+	e.hold(e.sale)
+	var failed time.Time
+	other := func() {
+		v := "0," + strconv.FormatInt(ms(failed), 10) + "," + strconv.FormatInt(time.Now().UnixMilli(), 10)
+		if err := e.rdb.HSet(e.ctx, e.keys.Witnesses(), "other", v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(Config{Poll: 10 * time.Millisecond, FenceWait: 200 * time.Millisecond}, Deps{
+		Redis: e.rdb, DB: e.db, Loader: e.loader, Keys: e.keys, Name: "self",
+		Settled: func(now time.Time) (time.Time, time.Time) { return now, time.Time{} },
+		Queue:   func(context.Context) (broker.Depth, error) { return broker.Depth{Consumers: 1}, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed = time.Now().Add(time.Hour) // its session ended after the fence began
+	other()
+	if err := r.Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.meta(); m["hold"] != "1" {
+		t.Fatalf("released although a consumer's deliveries went back to the queue meanwhile")
+	}
+	failed = time.Now().Add(-time.Hour)
+	other()
+	if err := r.Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.meta(); m["hold"] != "" {
+		t.Fatalf("a consumer without a session was waited for: still held")
+	}
+}

@@ -342,13 +342,18 @@ func (r *Repairer) clean(ctx context.Context, sale string, rseq int64) error {
 }
 
 // fence reports whether every order on its way to MySQL when the held sales
-// were held has arrived: the orders queue was seen with nothing ready, at a
-// moment t0, and then every consumer on it has witnessed (Deps.Settled,
-// written to the Witnesses hash by the repairer of its process) that what
-// RabbitMQ sent it before t0 is settled, with no delivery gone back to the
-// queue since t0 and the same number of consumers at the end. A lost order
-// published before Redis went back was ready or sent to a consumer by t0;
-// so it is in MySQL now. It blocks until then, or FenceWait (then false).
+// were held has arrived, that is every message queued before t0, the
+// moment the fence began (after the sales were held): every consumer on
+// the orders queue has witnessed (Deps.Settled, written to the Witnesses
+// hash by the repairer of its process) that what RabbitMQ sent it before
+// t0 is settled, with no delivery gone back to the queue since t0 and the
+// same number of consumers at the end. RabbitMQ hands out a queue's
+// messages in the order they were queued: a busy consumer's witness is the
+// publish time of a message it settled, so every message queued before
+// that one has been handed out, and those handed to it are settled; an idle
+// consumer has credit, so nothing waits in the queue while it waits. With
+// no consumer at all the queue must hold no message. It blocks until then,
+// or FenceWait (then false).
 func (r *Repairer) fence(ctx context.Context) (bool, error) {
 	look := func() (broker.Depth, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
@@ -359,6 +364,7 @@ func (r *Repairer) fence(ctx context.Context) (bool, error) {
 		}
 		return d, nil
 	}
+	t0 := time.Now()
 	if err := r.witness(ctx); err != nil {
 		return false, err
 	}
@@ -366,11 +372,13 @@ func (r *Repairer) fence(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	t0 := time.Now()
-	if first.Ready > 0 {
-		r.wait("sales held after a Redis restart wait for the orders queue to drain before their repair",
-			zap.Int("ready", first.Ready))
-		return false, nil
+	if first.Consumers == 0 {
+		if first.Ready > 0 {
+			r.wait("sales held after a Redis restart wait for a consumer to drain the orders queue before their repair",
+				zap.Int("ready", first.Ready))
+			return false, nil
+		}
+		return true, nil
 	}
 	deadline := time.NewTimer(r.cfg.FenceWait)
 	defer deadline.Stop()
@@ -386,17 +394,17 @@ func (r *Repairer) fence(ctx context.Context) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			return last.Ready == 0 && last.Consumers == first.Consumers, nil
+			return last.Consumers == first.Consumers, nil
 		}
 		if behind < 0 {
-			return false, nil // a delivery went back to the queue: look again
+			return false, nil // a delivery went back to the queue: begin again
 		}
 		select {
 		case <-ctx.Done():
 			return false, nil
 		case <-deadline.C:
-			r.wait("sales held after a Redis restart wait for the orders queue's consumers to settle what they hold",
-				zap.Int("consumers", first.Consumers), zap.Int("behind", behind))
+			r.wait("sales held after a Redis restart wait for the orders queue's consumers to settle what was queued before",
+				zap.Int("consumers", first.Consumers), zap.Int("behind", behind), zap.Int("ready", first.Ready))
 			return false, nil
 		case <-tick.C:
 		}
@@ -460,10 +468,15 @@ func (r *Repairer) witnessed(ctx context.Context, t0 time.Time, consumers int) (
 		if now.Sub(at) > witnessFresh {
 			continue
 		}
-		fresh++
 		if !failed.IsZero() && !failed.Before(t0) {
 			return false, -1, nil
 		}
+		if through.IsZero() {
+			// Not consuming now (no session): RabbitMQ counts it out
+			// too, and what it held went back to the queue (failed).
+			continue
+		}
+		fresh++
 		if through.Before(t0) {
 			behind++
 		}
