@@ -24,11 +24,11 @@ const maxSaleSeries = 500
 // interleave with buyers.
 const saleChunk = 500
 
-// saleFullEvery is how old the scrape's copy of every sale's record may
-// grow before a scrape reads them all again; meanwhile a scrape reads the
-// sales this process wrote to since (Server.wrote) and keeps the others'
-// figures as last read.
-const saleFullEvery = time.Minute
+// saleFullEvery is how long the scrapes take to read every sale's record
+// again: each reads its share of the registry (the time since the last
+// scrape over saleFullEvery), besides the sales this process wrote to
+// since (Server.wrote), whose new figures show at once.
+const saleFullEvery = 2 * time.Minute
 
 // saleRow is one sale as a scrape sees it.
 type saleRow struct {
@@ -43,11 +43,12 @@ type saleRecord struct {
 }
 
 // saleSampler keeps the scrape's copy of every sale's stock, sold and end,
-// so that a scrape costs Redis what changed rather than what exists: it
-// reads every sale once per saleFullEvery, and in between only the sales
-// this process wrote to (touch). A sale changed by another gateway alone
-// shows its new figures within saleFullEvery. It is safe for concurrent
-// use; scrapes are serialised.
+// so that a scrape costs Redis what changed rather than what exists: the
+// first scrape reads every sale; later ones read the sales this process
+// wrote to (touch) and walk the registry with a cursor, so that every sale
+// is read again within saleFullEvery of scrapes. A sale changed by another
+// gateway alone shows its new figures within saleFullEvery. It is safe for
+// concurrent use; scrapes are serialised.
 type saleSampler struct {
 	rdb     redis.UniversalClient
 	keys    scripts.Keys
@@ -56,9 +57,11 @@ type saleSampler struct {
 	tmu     sync.Mutex
 	touched map[string]struct{} // ids written since the last scrape
 
-	mu   sync.Mutex // one scrape at a time; guards the fields below
-	full time.Time  // when recs last held every sale
-	recs map[string]saleRecord
+	mu     sync.Mutex // one scrape at a time; guards the fields below
+	last   time.Time  // the last scrape that read Redis
+	cursor uint64     // where the walk of the registry goes on (SSCAN)
+	owed   float64    // the walk's share not read yet, in sales
+	recs   map[string]saleRecord
 }
 
 func newSaleSampler(rdb redis.UniversalClient, keys scripts.Keys, timeout time.Duration) *saleSampler {
@@ -73,27 +76,19 @@ func (p *saleSampler) touch(id string) {
 	p.tmu.Unlock()
 }
 
-// refresh brings recs up to date: all of them when the copy is older than
-// saleFullEvery (or was never read), else the touched ones. It returns
-// false when Redis could not answer in time: the scrape then shows no sale
-// series rather than figures over part of the sales.
+// refresh brings recs up to date: every sale on the first scrape, else the
+// touched ones and the walk's share. It returns false when Redis could not
+// answer in time: the scrape then shows no sale series rather than figures
+// over part of the sales.
 func (p *saleSampler) refresh(ctx context.Context) bool {
 	p.tmu.Lock()
 	touched := p.touched
 	p.touched = map[string]struct{}{}
 	p.tmu.Unlock()
-	var ids []string
-	all := p.recs == nil || time.Since(p.full) >= saleFullEvery
-	if all {
-		var err error
-		if ids, err = p.rdb.SMembers(ctx, p.keys.Sales()).Result(); err != nil {
-			p.retouch(touched)
-			return false
-		}
-	} else {
-		for id := range touched {
-			ids = append(ids, id)
-		}
+	ids, err := p.due(ctx, touched)
+	if err != nil {
+		p.retouch(touched)
+		return false
 	}
 	metas := make([]*redis.SliceCmd, len(ids))
 	for lo := 0; lo < len(ids); lo += saleChunk {
@@ -106,9 +101,8 @@ func (p *saleSampler) refresh(ctx context.Context) bool {
 			return false
 		}
 	}
-	if all {
+	if p.recs == nil {
 		p.recs = make(map[string]saleRecord, len(ids))
-		p.full = time.Now()
 	}
 	for i, id := range ids {
 		v := metas[i].Val()
@@ -117,7 +111,40 @@ func (p *saleSampler) refresh(ctx context.Context) bool {
 		}
 		p.recs[id] = saleRecord{exists: v[0] != nil, stock: num(v[0]), sold: num(v[1]), end: num(v[2])}
 	}
+	p.last = time.Now()
 	return true
+}
+
+// due returns the ids a scrape reads: every sale the first time; then the
+// touched ones and the next stretch of the registry's walk.
+func (p *saleSampler) due(ctx context.Context, touched map[string]struct{}) ([]string, error) {
+	if p.recs == nil {
+		return p.rdb.SMembers(ctx, p.keys.Sales()).Result()
+	}
+	ids := make([]string, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, id)
+	}
+	n, err := p.rdb.SCard(ctx, p.keys.Sales()).Result()
+	if err != nil {
+		return nil, err
+	}
+	p.owed = min(float64(n), p.owed+float64(n)*time.Since(p.last).Seconds()/saleFullEvery.Seconds())
+	for p.owed >= 1 {
+		want := int64(p.owed)
+		got, next, err := p.rdb.SScan(ctx, p.keys.Sales(), p.cursor, "", want).Result()
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+		p.owed -= float64(len(got))
+		p.cursor = next
+		if next == 0 || len(got) == 0 {
+			break // one stretch per scrape ends at the walk's end
+		}
+	}
+	p.owed = max(p.owed, 0)
+	return ids, nil
 }
 
 // retouch puts back what a failed refresh took, for the next one.

@@ -42,10 +42,11 @@ func (h *hmgets) count(cmds []redis.Cmder) {
 
 var _ redis.Hook = (*hmgets)(nil)
 
-// TestSaleMetricsReadWhatChanged: with many sales, a scrape reads every
-// sale's record once per saleFullEvery and, in between, only those this
-// process wrote to, whose new figures it shows at once; a sale that only
-// another process changed keeps its last figures until the next full read.
+// TestSaleMetricsReadWhatChanged: with many sales, the first scrape reads
+// every sale's record; later ones read those this process wrote to, whose
+// new figures show at once, and walk the registry at its pace, so that a
+// sale only another process changed shows its new figures once the walk
+// has passed it.
 func TestSaleMetricsReadWhatChanged(t *testing.T) {
 	const n = 1200
 	rdb := localstack.Redis(t)
@@ -64,20 +65,20 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newSaleSampler(rdb, keys, 5*time.Second)
-	scrape := func() string {
+	// scrape scrapes as if the last scrape were ago: the walk reads its
+	// share of that.
+	scrape := func(ago time.Duration) (string, int64) {
+		p.last, p.owed = time.Now().Add(-ago), 0
+		before := h.n.Load()
 		var b bytes.Buffer
 		p.write(&b)
-		return b.String()
+		return b.String(), h.n.Load() - before
 	}
-	before := h.n.Load()
-	if out := scrape(); !strings.Contains(out, "flashgate_sales "+strconv.Itoa(n)+"\n") {
-		t.Fatalf("first scrape:\n%.300s", out)
-	}
-	if got := h.n.Load() - before; got != n {
-		t.Errorf("first scrape read %d records, want every one of %d", got, n)
+	if out, read := scrape(0); read != n || !strings.Contains(out, "flashgate_sales "+strconv.Itoa(n)+"\n") {
+		t.Fatalf("first scrape read %d records, want every one of %d:\n%.300s", read, n, out)
 	}
 
-	// s5 changed by this process (touched), s6 by another (not).
+	// s5 changed by this process (touched), s1199 by another (not).
 	if err := rdb.HSet(ctx, keys.Meta("s5"), "sold", 9).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +86,9 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.touch("s5")
-	before = h.n.Load()
-	out := scrape()
-	if got := h.n.Load() - before; got != 1 {
-		t.Errorf("a scrape after one sale was written read %d records, want 1", got)
+	out, read := scrape(0)
+	if read != 1 {
+		t.Errorf("a scrape after one sale was written read %d records, want 1", read)
 	}
 	if !strings.Contains(out, `flashgate_sale_sold{sale="s5"} 9`+"\n") {
 		t.Errorf("the touched sale's new sold is not shown:\n%s", grepLines(out, `"s5"`))
@@ -96,21 +96,30 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 	if !strings.Contains(out, `flashgate_sale_sold{sale="s1199"} 9`+"\n") {
 		t.Errorf("the untouched sale does not show its last figures read:\n%s", grepLines(out, `"s1199"`))
 	}
-	before = h.n.Load()
-	scrape()
-	if got := h.n.Load() - before; got != 0 {
-		t.Errorf("a scrape with nothing written read %d records, want none", got)
+	if _, read := scrape(0); read != 0 {
+		t.Errorf("a scrape with nothing written read %d records, want none", read)
 	}
 
-	// Past saleFullEvery, everything again.
-	p.full = p.full.Add(-saleFullEvery)
-	before = h.n.Load()
-	out = scrape()
-	if got := h.n.Load() - before; got != n {
-		t.Errorf("the full read after saleFullEvery read %d records, want %d", got, n)
+	// Scrapes a quarter of saleFullEvery apart walk the whole registry in
+	// about four, each reading about its quarter.
+	var total int64
+	scrapes := 0
+	for {
+		out, read = scrape(saleFullEvery / 4)
+		total += read
+		scrapes++
+		if read < n/4 && p.cursor != 0 { // the last one reads what is left
+			t.Errorf("scrape %d of the walk read %d records, want at least a quarter of %d", scrapes, read, n)
+		}
+		if p.cursor == 0 || scrapes == 8 {
+			break
+		}
+	}
+	if p.cursor != 0 || total < n || total > 2*n {
+		t.Errorf("the walk: %d scrapes read %d records (cursor %d), want every one of %d once or so", scrapes, total, p.cursor, n)
 	}
 	if !strings.Contains(out, `flashgate_sale_sold{sale="s1199"} 10`+"\n") {
-		t.Errorf("after the full read the sale changed elsewhere shows:\n%s", grepLines(out, `"s1199"`))
+		t.Errorf("after the walk the sale changed elsewhere shows:\n%s", grepLines(out, `"s1199"`))
 	}
 }
 
