@@ -71,7 +71,8 @@ up-cluster: up
 # consumer and of a sweeping gateway, RabbitMQ stopped under the gateway and
 # under a relay, three consumers on one queue, the README's walk-through),
 # the consumer package (orders marked created on the primary of their
-# sale), and the repair of a sale after a Redis rollback.
+# sale), the relay package (outboxes read, scanned and claimed on every
+# primary), and the repair of held sales after a Redis rollback.
 # The tests that put a proxy or a descriptor limit in front of one Redis
 # are for one Redis only.
 CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestReservationIDReplay \
@@ -107,7 +108,7 @@ cluster_check = got=$$($(GO) test -list '$(call cluster_run,$(2))' $(1) | grep -
 test-cluster: up-cluster
 	@$(call cluster_check,./gateway/,$(CLUSTER_TESTS_GATEWAY))
 	@$(call cluster_check,./cmd/flashgate/,$(CLUSTER_TESTS_CMD))
-	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/... ./repair/ ./consumer/
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/... ./repair/ ./consumer/ ./relay/
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_GATEWAY))' ./gateway/
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_CMD))' ./cmd/flashgate/
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -11,6 +13,7 @@ import (
 	"github.com/flashgate/flashgate/consumer"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/repair"
+	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -31,9 +34,20 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	rdb := newRedis(cfg)
 	defer rdb.Close()
 	var rp *repair.Repairer // set before the consumer runs
-	// Loaded on first use: marking orders created is best effort, and
-	// Redis being down must not keep the consumer from writing MySQL.
+	// Loaded in the background from the start, and again on first use
+	// until then: marking orders created is best effort, and Redis being
+	// down must not keep the consumer from writing MySQL. Loading at start
+	// keeps the folder's scripts of that moment in use (a NOSCRIPT loads
+	// them again from memory), so a folder broken later cannot stop this
+	// consumer's repairs.
 	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
+	lctx, stopLoad := context.WithCancel(ctx)
+	var lwg sync.WaitGroup
+	defer func() {
+		stopLoad()
+		lwg.Wait()
+	}()
+	lwg.Go(func() { loadScripts(lctx, loader, log.Named("scripts")) })
 
 	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
 		Metrics: func(w io.Writer) { rp.WriteMetrics(w) }})
@@ -79,4 +93,28 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	log.Info("consumer stopped", zap.Uint64("inserted", s.Inserted), zap.Uint64("duplicates", s.Duplicates),
 		zap.Uint64("dead_lettered", s.DeadLettered), zap.Uint64("batches", s.Batches))
 	return err
+}
+
+// loadScripts loads the script set until it succeeds, ctx ends, or the
+// scripts do not compile (logged: only a fix and a reload can help).
+func loadScripts(ctx context.Context, loader *scripts.Loader, log *zap.Logger) {
+	err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		func(ctx context.Context) error {
+			if loader.Scripts() != nil {
+				return nil // loaded on first use meanwhile
+			}
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := loader.Load(lctx)
+			if errors.Is(err, scripts.ErrCompile) {
+				return retry.Stop(err)
+			}
+			return err
+		},
+		func(err error, next time.Duration) {
+			log.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", next))
+		})
+	if errors.Is(err, scripts.ErrCompile) {
+		log.Error("scripts do not compile; fix them (the consumer loads them again on its next use)", zap.Error(err))
+	}
 }
