@@ -421,13 +421,23 @@ func (s *Store) remaining(ctx context.Context, bs *bucketSet) (int64, error) {
 	return stock - sold, err
 }
 
-// sold is what the buckets of bs have sold, each read on its own.
+// sold is what the buckets of bs have sold, each read on its own, all in
+// one pipeline (on a cluster, one per primary, at once).
 func (s *Store) sold(ctx context.Context, bs *bucketSet) (int64, error) {
+	cmds := make([]*redis.StringCmd, len(bs.names))
+	// Each command's own error is read below; the pipeline's is the first
+	// of them.
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, lane := range bs.names {
+			cmds[i] = p.HGet(ctx, s.keys.Meta(lane), "sold")
+		}
+		return nil
+	})
 	var total int64
-	for _, lane := range bs.names {
-		sold, err := s.rdb.HGet(ctx, s.keys.Meta(lane), "sold").Int64()
+	for i, cmd := range cmds {
+		sold, err := cmd.Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, fmt.Errorf("sold of %s: %w: %w", lane, ErrUnavailable, err)
+			return 0, fmt.Errorf("sold of %s: %w: %w", bs.names[i], ErrUnavailable, err)
 		}
 		total += sold
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/flashgate/flashgate/scripts"
@@ -99,38 +100,68 @@ func fenceFor(ctx context.Context) time.Duration {
 // it finishes the takes under way (their units then in a bucket), gives
 // back each bucket's unsold stock, and finishes the gives under way. Each
 // second half it runs is a no-op if its writer (or the settling pass) ran
-// it first, so it may run beside them.
+// it first, so it may run beside them. The buckets are drained at once,
+// each in a goroutine of its own that drain waits for: one bucket's calls
+// follow one another, and the call costs the round trips of one bucket,
+// not of K.
 func (s *Store) drain(ctx context.Context, bs *bucketSet) error {
-	takes, err := s.rdb.HGetAll(ctx, s.keys.Moves(bs.sale)).Result()
+	recs, err := s.rdb.HGetAll(ctx, s.keys.Moves(bs.sale)).Result()
 	if err != nil {
 		return fmt.Errorf("moves of %s: %w: %w", bs.sale, ErrUnavailable, err)
 	}
-	for id, rec := range takes {
+	takes := make([]map[string]int64, len(bs.names)) // per bucket: move id → units
+	for id, rec := range recs {
 		// A record of an unreadable form is left for reconcile to report.
 		m, err := scripts.ParseMove(rec)
 		if err != nil || !m.Take || m.Bucket >= len(bs.names) {
 			continue
 		}
-		if err := s.credit(ctx, bs.names[m.Bucket], bs.sale, id, m.Units); err != nil {
+		if takes[m.Bucket] == nil {
+			takes[m.Bucket] = map[string]int64{}
+		}
+		takes[m.Bucket][id] = m.Units
+	}
+	errs := make([]error, len(bs.names))
+	var wg sync.WaitGroup
+	for j := range bs.names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[j] = s.drainBucket(ctx, bs, j, takes[j])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return err
 		}
 	}
-	for j, lane := range bs.names {
-		if _, err := s.giveBack(ctx, bs, j, 0); err != nil {
+	return nil
+}
+
+// drainBucket finishes the takes into bucket j (move id → units), then
+// gives back its unsold stock, then finishes every give of it under way.
+func (s *Store) drainBucket(ctx context.Context, bs *bucketSet, j int, takes map[string]int64) error {
+	lane := bs.names[j]
+	for id, n := range takes {
+		if err := s.credit(ctx, lane, bs.sale, id, n); err != nil {
 			return err
 		}
-		gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(lane)).Result()
-		if err != nil {
-			return fmt.Errorf("moves of %s: %w: %w", lane, ErrUnavailable, err)
+	}
+	if _, err := s.giveBack(ctx, bs, j, 0); err != nil {
+		return err
+	}
+	gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(lane)).Result()
+	if err != nil {
+		return fmt.Errorf("moves of %s: %w: %w", lane, ErrUnavailable, err)
+	}
+	for id, rec := range gives {
+		m, err := scripts.ParseMove(rec)
+		if err != nil || m.Take {
+			continue
 		}
-		for id, rec := range gives {
-			m, err := scripts.ParseMove(rec)
-			if err != nil || m.Take {
-				continue
-			}
-			if err := s.accept(ctx, lane, bs.sale, id, m.Units); err != nil {
-				return err
-			}
+		if err := s.accept(ctx, lane, bs.sale, id, m.Units); err != nil {
+			return err
 		}
 	}
 	return nil
