@@ -46,9 +46,9 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster), "scale" (10,000 sales through Redis restarts)`)
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	var err error
 	switch *only {
@@ -62,8 +62,10 @@ func main() {
 		err = runZeroLossOnly(ctx, *out, *dur, *conns)
 	case "buckets":
 		err = runBucketsOnly(ctx, *out, *dur, *conns)
+	case "scale":
+		err = runScaleOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth, cost, zeroloss or buckets", *only)
+		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets or scale", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -81,6 +83,7 @@ type suite struct {
 	notes     []string
 	cost      string // the cost-per-order section (cost.go); "" when not measured
 	buckets   string // the buckets section (buckets.go); "" when not measured
+	scale     string // the shop-scale section (scale.go); "" when not measured
 }
 
 // row is one line of the report's main table.
@@ -172,6 +175,11 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 	// 4d. One hot sale in 1 and in 3 buckets on a Redis Cluster.
 	if err := s.measureBuckets(ctx); err != nil {
 		s.notes = append(s.notes, "buckets not measured: "+err.Error())
+	}
+
+	// 4e. A shop's scale: 10,000 sales through Redis restarts.
+	if err := s.measureScale(ctx); err != nil {
+		s.notes = append(s.notes, "shop scale not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -911,6 +919,9 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 	}
 	b.WriteString(s.cost)
 	b.WriteString(s.buckets)
+	if s.scale != "" {
+		b.WriteString("\n" + s.scale)
+	}
 	if goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + goBench + "\n```\n")
 	}
