@@ -476,7 +476,9 @@ func (st *scaleStack) lags(ctx context.Context, ids []string) (p50, p99, max tim
 		}
 	}
 	slices.Sort(lags)
-	q := func(f float64) time.Duration { return lags[min(len(lags)-1, int(f*float64(len(lags))))].Round(time.Millisecond) }
+	q := func(f float64) time.Duration {
+		return lags[min(len(lags)-1, int(f*float64(len(lags))))].Round(time.Millisecond)
+	}
 	return q(0.5), q(0.99), lags[len(lags)-1].Round(time.Millisecond), nil
 }
 
