@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
