@@ -276,7 +276,14 @@ func (p *publisher) settle(c amqp.Confirmation, ok bool) error {
 returns:
 	for {
 		select {
-		case ret := <-p.returns:
+		case ret, open := <-p.returns:
+			if !open {
+				// The library closes it when the channel shuts down,
+				// while confirms it had received may still wait: a
+				// closed channel is always ready, so only this ends the
+				// loop (it spun for ever under a RabbitMQ restart).
+				break returns
+			}
 			p.bounced[bounce{ret.MessageId, ret.CorrelationId}]++
 		default:
 			break returns
