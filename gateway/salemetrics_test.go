@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,32 +15,6 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// hmgets counts the HMGET commands a client sends, pipelined or not.
-type hmgets struct{ n atomic.Int64 }
-
-func (h *hmgets) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *hmgets) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (h *hmgets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds)
-		return next(ctx, cmds)
-	}
-}
-func (h *hmgets) count(cmds []redis.Cmder) {
-	for _, c := range cmds {
-		if c.Name() == "hmget" {
-			h.n.Add(1)
-		}
-	}
-}
-
-var _ redis.Hook = (*hmgets)(nil)
-
 // TestSaleMetricsReadWhatChanged: with many sales, the first scrape reads
 // every sale's record; later ones read those this process wrote to, whose
 // new figures show at once, and walk the registry at its pace, so that a
@@ -50,8 +23,8 @@ var _ redis.Hook = (*hmgets)(nil)
 func TestSaleMetricsReadWhatChanged(t *testing.T) {
 	const n = 1200
 	rdb := localstack.Redis(t)
-	var h hmgets
-	rdb.AddHook(&h)
+	h := &localstack.Calls{Match: func(_ context.Context, cmd redis.Cmder) bool { return cmd.Name() == "hmget" }}
+	rdb.AddHook(h)
 	keys := scripts.Keys{Prefix: "t" + localstack.RandomHex(5)}
 	localstack.DropKeys(t, rdb, keys.Prefix)
 	ctx := context.Background()
@@ -69,10 +42,10 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 	// share of that.
 	scrape := func(ago time.Duration) (string, int64) {
 		p.last, p.owed = time.Now().Add(-ago), 0
-		before := h.n.Load()
+		before := h.N()
 		var b bytes.Buffer
 		p.write(&b)
-		return b.String(), h.n.Load() - before
+		return b.String(), h.N() - before
 	}
 	if out, read := scrape(0); read != n || !strings.Contains(out, "flashgate_sales "+strconv.Itoa(n)+"\n") {
 		t.Fatalf("first scrape read %d records, want every one of %d:\n%.300s", read, n, out)

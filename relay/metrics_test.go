@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,30 +153,6 @@ func TestWriteOutboxesBound(t *testing.T) {
 // Redis calls of Run from any other.
 type runCtx struct{}
 
-// outsideRun counts the Redis calls of a client made on a context that is
-// not Run's (runCtx): those of a scrape, if it made any.
-type outsideRun struct{ n atomic.Int64 }
-
-func (h *outsideRun) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *outsideRun) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(runCtx{}) == nil {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *outsideRun) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if ctx.Value(runCtx{}) == nil {
-			h.n.Add(int64(len(cmds)))
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestOutboxMetricsManySales is issue 12's finding 7, on what the relay
 // knows (issue 18): with 2,000 sales, a stuck outbox of one entry cannot
 // hide behind busier ones. Once the relay's scan has walked the registry
@@ -221,7 +196,8 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	}
 	rdb := localstack.NewRedis(nil)
 	t.Cleanup(func() { _ = rdb.Close() })
-	calls := &outsideRun{}
+	// The calls made on a context that is not Run's: a scrape's, if any.
+	calls := &localstack.Calls{Match: func(ctx context.Context, _ redis.Cmder) bool { return ctx.Value(runCtx{}) == nil }}
 	rdb.AddHook(calls)
 	r, _ := e.startRelayWith(context.WithValue(ctx, runCtx{}, true), Deps{Redis: rdb}, nil)
 
@@ -261,7 +237,7 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	if again := shown(page(r)); !slices.Equal(again, got) {
 		t.Errorf("a second scrape of the same Redis shows other sales")
 	}
-	if n := calls.n.Load(); n != 0 {
+	if n := calls.N(); n != 0 {
 		t.Errorf("%d Redis calls outside the relay's Run: the scrapes made them", n)
 	}
 }

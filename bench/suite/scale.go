@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 )
 
 var (
@@ -198,7 +198,9 @@ func (s *suite) measureScale(ctx context.Context) error {
 			if err := st.srv.Kill(); err != nil {
 				return err
 			}
-			if err := restoreAOF(st.srv.Dir(), snapshot); err != nil {
+			err := st.srv.RestoreAOF(snapshot)
+			os.RemoveAll(snapshot)
+			if err != nil {
 				return err
 			}
 		} else if err := st.srv.Stop(); err != nil {
@@ -292,7 +294,7 @@ func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { st.db.Close() })
-	if err := fillOrders(ctx, st.db, *scaleFiller); err != nil {
+	if err := orderdbtest.Fill(ctx, st.db, *scaleFiller, 5000); err != nil {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { dropQueue(st.prefix) })
@@ -320,29 +322,23 @@ func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 	return st, cleanup, nil
 }
 
-// fillOrders puts n rows of other sales into orders (MariaDB's sequence
-// engine), in one statement per 100,000.
-func fillOrders(ctx context.Context, db *sql.DB, n int) error {
-	for lo := 1; lo <= n; lo += 100_000 {
-		hi := min(n, lo+100_000-1)
-		q := fmt.Sprintf(`INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, seq)
-			SELECT CONCAT('fill-', seq), CONCAT('old', seq %% 5000), CONCAT('u', seq), 1, NOW(3), 'confirmed', seq
-			FROM seq_%d_to_%d`, lo, hi)
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("fill orders: %w", err)
-		}
-	}
-	return nil
-}
-
 func (st *scaleStack) gw(i int) [2]string { return st.gateways[i%len(st.gateways)] }
 
+// create creates a sale, sending it again for up to 30 s while the
+// gateway answers 503 (just after a Redis restart, the first script call
+// reloads the scripts, hold pass first, and may pass redis.timeout).
 func (st *scaleStack) create(sale string, stock, limit int64) error {
-	code, body, err := st.do("PUT", "http://"+st.gw(0)[1]+"/admin/v1/sales/"+sale, fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
-	if err != nil || code != http.StatusCreated && code != http.StatusOK {
-		return fmt.Errorf("create sale %s: %d %s %v", sale, code, body, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := st.do("PUT", "http://"+st.gw(0)[1]+"/admin/v1/sales/"+sale, fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
+		if err == nil && (code == http.StatusCreated || code == http.StatusOK) {
+			return nil
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return fmt.Errorf("create sale %s: %d %s %v", sale, code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return nil
 }
 
 // createMany creates the sales through both gateways, 16 at a time.
@@ -513,35 +509,17 @@ func commandRates(info string, secs float64) (float64, string) {
 	return float64(total) / secs, strings.Join(top, ", ")
 }
 
-// snapshot copies the server's append-only folder at a moment when its AOF
-// buffer is empty: what it had answered is in the copy.
+// snapshot copies the server's append-only folder (SnapshotAOF) into a
+// folder of its own.
 func (st *scaleStack) snapshot(ctx context.Context) (string, error) {
-	for {
-		info, err := st.rdb.Info(ctx, "persistence").Result()
-		if err != nil {
-			return "", err
-		}
-		if strings.Contains(info, "\naof_buffer_length:0\r") {
-			dir, err := os.MkdirTemp(".run/bench", "scale-aof-")
-			if err != nil {
-				return "", err
-			}
-			err = os.CopyFS(filepath.Join(dir, "appendonlydir"), os.DirFS(filepath.Join(st.srv.Dir(), "appendonlydir")))
-			return dir, err
-		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
-			return "", err
-		}
+	dir, err := os.MkdirTemp(".run/bench", "scale-aof-")
+	if err != nil {
+		return "", err
 	}
-}
-
-func restoreAOF(dir, snapshot string) error {
-	defer os.RemoveAll(snapshot)
-	aof := filepath.Join(dir, "appendonlydir")
-	if err := os.RemoveAll(aof); err != nil {
-		return err
-	}
-	return os.CopyFS(aof, os.DirFS(filepath.Join(snapshot, "appendonlydir")))
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = st.srv.SnapshotAOF(sctx, dir)
+	return dir, err
 }
 
 // waitRows waits until each sale has n rows in MySQL.

@@ -47,7 +47,15 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 		stopLoad()
 		lwg.Wait()
 	}()
-	lwg.Go(func() { loadScripts(lctx, loader, log.Named("scripts")) })
+	lwg.Go(func() {
+		loadScripts(lctx, func(ctx context.Context) error {
+			if loader.Scripts() != nil {
+				return nil // loaded on first use meanwhile
+			}
+			_, err := loader.Load(ctx)
+			return err
+		}, log.Named("scripts"), "fix them (the consumer loads them again on its next use)")
+	})
 
 	c, err := consumer.New(cfg, consumer.Deps{DB: db, Redis: rdb, Loader: loader, Log: log.Named("consumer"),
 		Metrics: func(w io.Writer) { rp.WriteMetrics(w) }})
@@ -95,17 +103,17 @@ func runConsumer(ctx context.Context, args []string, _ io.Writer) error {
 	return err
 }
 
-// loadScripts loads the script set until it succeeds, ctx ends, or the
-// scripts do not compile (logged: only a fix and a reload can help).
-func loadScripts(ctx context.Context, loader *scripts.Loader, log *zap.Logger) {
+// loadScripts runs load, each try bounded by 5 s, until it succeeds, ctx
+// ends, or the scripts do not compile (logged with hint: only a fix can
+// help). Redis may not be up yet: failures are logged and tried again with
+// backoff. It blocks until then; the gateway and the consumer run it at
+// start.
+func loadScripts(ctx context.Context, load func(ctx context.Context) error, log *zap.Logger, hint string) {
 	err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		func(ctx context.Context) error {
-			if loader.Scripts() != nil {
-				return nil // loaded on first use meanwhile
-			}
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			_, err := loader.Load(lctx)
+			err := load(lctx)
 			if errors.Is(err, scripts.ErrCompile) {
 				return retry.Stop(err)
 			}
@@ -115,6 +123,6 @@ func loadScripts(ctx context.Context, loader *scripts.Loader, log *zap.Logger) {
 			log.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", next))
 		})
 	if errors.Is(err, scripts.ErrCompile) {
-		log.Error("scripts do not compile; fix them (the consumer loads them again on its next use)", zap.Error(err))
+		log.Error("scripts do not compile; "+hint, zap.Error(err))
 	}
 }

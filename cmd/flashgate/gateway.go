@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/relay"
-	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -56,24 +54,9 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	// Redis may not be up yet: keep trying to load the scripts; /readyz says
 	// 503 and buys say 503 until it works. Scripts that do not compile are
 	// not retried: only a fix and a reload can help.
-	scriptLog := log.Named("scripts")
 	wg.Go(func() {
-		err := retry.Until(bg, retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
-			func(ctx context.Context) error {
-				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				defer cancel()
-				_, err := reload(lctx, "start")
-				if errors.Is(err, scripts.ErrCompile) {
-					return retry.Stop(err)
-				}
-				return err
-			},
-			func(err error, next time.Duration) {
-				scriptLog.Warn("cannot load scripts yet; retrying", zap.Error(err), zap.Duration("in", next))
-			})
-		if errors.Is(err, scripts.ErrCompile) {
-			scriptLog.Error("scripts do not compile; fix them and reload (SIGHUP)", zap.String("dir", cfg.Scripts.Dir), zap.Error(err))
-		}
+		loadScripts(bg, func(ctx context.Context) error { _, err := reload(ctx, "start"); return err },
+			log.Named("scripts").With(zap.String("dir", cfg.Scripts.Dir)), "fix them and reload (SIGHUP)")
 	})
 
 	hup := make(chan os.Signal, 1)

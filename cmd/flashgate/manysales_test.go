@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -178,21 +179,12 @@ func createMany(t *testing.T, g *gatewayProc, names []string, stock, limit int) 
 	}
 }
 
-// fillOrders puts n rows of other sales into the stack's orders table, in
-// MariaDB's sequence engine's INSERT … SELECT: what a shop's table holds
-// after many sales, for reads that would scan it to show.
+// fillOrders puts n rows of other sales into the stack's orders table.
 func fillOrders(t *testing.T, s *stack, n int) {
 	t.Helper()
-	ctx := bg(t, 5*time.Minute)
 	start := time.Now()
-	for lo := 1; lo <= n; lo += 100_000 {
-		hi := min(n, lo+100_000-1)
-		q := fmt.Sprintf(`INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, seq)
-			SELECT CONCAT('fill-', seq), CONCAT('old', seq %% 2000), CONCAT('u', seq), 1, NOW(3), 'confirmed', seq
-			FROM seq_%d_to_%d`, lo, hi)
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("fill orders: %v", err)
-		}
+	if err := orderdbtest.Fill(bg(t, 5*time.Minute), s.db, n, 2000); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%d rows of other sales put in orders in %v", n, time.Since(start).Round(time.Millisecond))
 }

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -83,58 +80,27 @@ func (r *redisProc) kill9(t *testing.T) {
 	}
 }
 
-// aofDir is the server's append-only folder (Redis 7's multi-part AOF:
-// manifest, base and incremental files; appenddirname's default).
-func (r *redisProc) aofDir() string { return filepath.Join(r.srv.Dir(), "appendonlydir") }
-
 // snapshot copies the server's append-only folder, while the server runs,
-// into a folder of the test's own, and returns that folder and the cut:
-// every write the server answered before the cut is in the copy. Whatever
-// it writes after the copy is what restore makes it lose; the last command
-// may be cut in the middle, which Redis loads (aof-load-truncated is on by
-// default).
-//
-// With appendfsync everysec Redis may answer a write before it writes it
-// to the file (for up to 2 s, while a background fsync is slow), so the
-// copy waits for a moment when the server's AOF buffer is empty: what it
-// had answered before it was asked is then in the file.
+// into a folder of the test's own, and returns that folder and the cut
+// (localstack.RedisServer.SnapshotAOF).
 func (r *redisProc) snapshot(t *testing.T) (string, time.Time) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: r.addr})
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		asked := time.Now()
-		info, err := c.Info(ctx, "persistence").Result()
-		if err != nil {
-			t.Fatalf("redis-server %s: INFO persistence: %v", r.addr, err)
-		}
-		if strings.Contains(info, "\naof_buffer_length:0\r") {
-			dir := t.TempDir()
-			if err := os.CopyFS(filepath.Join(dir, "appendonlydir"), os.DirFS(r.aofDir())); err != nil {
-				t.Fatalf("copy of %s: %v", r.aofDir(), err)
-			}
-			return dir, asked
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("redis-server %s: its AOF buffer was never empty in 10s", r.addr)
-		}
+	dir := t.TempDir()
+	at, err := r.srv.SnapshotAOF(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return dir, at
 }
 
 // restore replaces the append-only folder of the stopped server by the one
 // of snapshot's folder; the next start reads that back.
 func (r *redisProc) restore(t *testing.T, snapshot string) {
 	t.Helper()
-	if r.srv.Running() {
-		t.Fatalf("restore of redis-server %s while it runs", r.addr)
-	}
-	if err := os.RemoveAll(r.aofDir()); err != nil {
+	if err := r.srv.RestoreAOF(snapshot); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.CopyFS(r.aofDir(), os.DirFS(filepath.Join(snapshot, "appendonlydir"))); err != nil {
-		t.Fatalf("restore of %s: %v", r.aofDir(), err)
 	}
 }
 

@@ -288,3 +288,52 @@ func logTail(path string, from int64) string {
 
 // port is the port of a host:port address.
 func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
+
+// aofDir is the server's append-only folder (Redis 7's multi-part AOF:
+// manifest, base and incremental files; appenddirname's default).
+func (r *RedisServer) aofDir() string { return filepath.Join(r.opts.Dir, "appendonlydir") }
+
+// SnapshotAOF copies the running server's append-only folder into
+// dir/appendonlydir and returns when it asked for the copy: every write
+// the server answered before then is in the copy. Whatever it writes after
+// is what RestoreAOF makes it lose: a machine crash's lost second. The last
+// command may be cut in the middle, which Redis loads (aof-load-truncated
+// is on by default).
+//
+// With appendfsync everysec Redis may answer a write before it writes it
+// to the file (for up to 2 s, while a background fsync is slow), so the
+// copy waits, within ctx, for a moment when the server's AOF buffer is
+// empty: what it had answered before it was asked is then in the file.
+func (r *RedisServer) SnapshotAOF(ctx context.Context, dir string) (time.Time, error) {
+	for {
+		asked := time.Now()
+		info, err := redisInfo(ctx, r.Addr)
+		if err != nil {
+			return asked, fmt.Errorf("redis-server %s: INFO: %w", r.Addr, err)
+		}
+		if infoField(info, "aof_buffer_length") == "0" {
+			if err := os.CopyFS(filepath.Join(dir, "appendonlydir"), os.DirFS(r.aofDir())); err != nil {
+				return asked, fmt.Errorf("copy of %s: %w", r.aofDir(), err)
+			}
+			return asked, nil
+		}
+		if ctx.Err() != nil {
+			return asked, fmt.Errorf("redis-server %s: its AOF buffer was never empty: %w", r.Addr, ctx.Err())
+		}
+	}
+}
+
+// RestoreAOF replaces the stopped server's append-only folder by the copy
+// SnapshotAOF put in dir; the next Start reads it back.
+func (r *RedisServer) RestoreAOF(dir string) error {
+	if r.Running() {
+		return fmt.Errorf("restore of redis-server %s while it runs", r.Addr)
+	}
+	if err := os.RemoveAll(r.aofDir()); err != nil {
+		return err
+	}
+	if err := os.CopyFS(r.aofDir(), os.DirFS(filepath.Join(dir, "appendonlydir"))); err != nil {
+		return fmt.Errorf("restore of %s: %w", r.aofDir(), err)
+	}
+	return nil
+}

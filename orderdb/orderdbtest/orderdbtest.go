@@ -121,3 +121,20 @@ func Totals(tb testing.TB, db *sql.DB, sale string) (rows, units, ledgerUnits, l
 	}
 	return rows, units, ledgerUnits, ledgerOrders
 }
+
+// Fill puts n rows of other sales (ids "old0" to "old<sales-1>", seq 1 to
+// n) into db's orders, 100,000 per INSERT … SELECT from MariaDB's sequence
+// engine: what a shop's table holds after many sales, so that a read that
+// scans it shows. The shop-scale test and make bench use it.
+func Fill(ctx context.Context, db *sql.DB, n, sales int) error {
+	for lo := 1; lo <= n; lo += 100_000 {
+		hi := min(n, lo+100_000-1)
+		q := fmt.Sprintf(`INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, seq)
+			SELECT CONCAT('fill-', seq), CONCAT('old', seq %% %d), CONCAT('u', seq), 1, NOW(3), 'confirmed', seq
+			FROM seq_%d_to_%d`, sales, lo, hi)
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("fill orders: %w", err)
+		}
+	}
+	return nil
+}
