@@ -21,6 +21,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -58,7 +59,13 @@ func startGateway(t *testing.T) *testGateway {
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}
-	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Redis: rdb, Loader: loader})
+	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.Options{
+		Batch:   sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
+		Timeout: cfg.Redis.Timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Sales: sales, Loader: loader})
 	if err != nil {
 		t.Fatal(err)
 	}

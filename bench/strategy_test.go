@@ -29,7 +29,7 @@ package bench
 // The row lock runs in MariaDB (InnoDB) in a database of its own,
 // flashgate_test_bench_<random>, dropped afterwards; Redis keys carry a
 // random prefix and are deleted afterwards. The Lua strategy is the real
-// reserve script, loaded by scripts.Loader and called through gateway.Store
+// reserve script, loaded by scripts.Loader and called through sale.Store
 // one reservation per call (no batching), on a sale made by the real admin
 // script. Even against the full row lock and WATCH it still does a little
 // more (recognising a retried order id, the sale's start, end and lock, the
@@ -49,8 +49,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -409,29 +409,32 @@ func benchLua(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys := scripts.Keys{Prefix: prefix}
-	store := gateway.NewStore(rdb, loader, keys)
-	sale := "item" + strconv.FormatInt(contentionRound.Add(1), 10) // a fresh sale each round
+	store, err := sale.New(rdb, loader, keys, sale.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := "item" + strconv.FormatInt(contentionRound.Add(1), 10) // a fresh sale each round
 	stock, limit := int64(b.N), int64(perUserLimit)
-	if _, _, err := store.Upsert(ctx, sale, gateway.SaleUpdate{Stock: &stock, Limit: &limit}); err != nil {
+	if _, _, err := store.Upsert(ctx, id, sale.Update{Stock: &stock, Limit: &limit}); err != nil {
 		b.Fatalf("create sale: %v", err)
 	}
-	defer localstack.DropKeys(b, rdb, prefix+":{"+sale+"}")
+	defer localstack.DropKeys(b, rdb, prefix+":{"+id+"}")
 	contend(b, func(ctx context.Context, ticket int) (int, error) {
 		user, order := buyer(ticket)
-		rs := [1]gateway.Reservation{{OrderID: order, UserID: user, Quantity: 1}}
-		var out [1]gateway.Result
-		if err := store.Reserve(ctx, sale, rs[:], out[:]); err != nil {
+		rs := [1]sale.Reservation{{OrderID: order, UserID: user, Quantity: 1}}
+		var out [1]sale.Result
+		if err := store.Reserve(ctx, id, rs[:], out[:]); err != nil {
 			return 0, err
 		}
 		return 0, out[0].Err
 	})
-	v, err := store.Sale(ctx, sale)
+	v, err := store.Sale(ctx, id)
 	if err != nil || v.Sold != stock || v.Remaining() != 0 {
 		b.Fatalf("sale after the round: %+v (%v), want %d sold", v, err, stock)
 	}
 	// One lane (no buckets): the sale's own keys hold the records. Its stock
 	// is in meta, checked above through Sale.
-	s := redisSale{name: sale, users: keys.Users(sale), orders: keys.Orders(sale), outbox: keys.Outbox(sale)}
+	s := redisSale{name: id, users: keys.Users(id), orders: keys.Orders(id), outbox: keys.Outbox(id)}
 	if err := checkRedisSale(ctx, rdb, s, stock); err != nil {
 		b.Fatal(err)
 	}

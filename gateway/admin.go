@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/flashgate/flashgate/sale"
 	"strconv"
 	"time"
 
@@ -13,16 +14,6 @@ import (
 
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
-)
-
-// Bounds of admin inputs, so that no arithmetic in Lua can overflow.
-// maxStock bounds the stock itself, not only a PUT's: restocks may add up
-// to it and no further (admin.lua refuses one that would pass it).
-const (
-	maxStock         = 1_000_000_000
-	maxLimit         = 1_000_000
-	maxPaymentWindow = 86_400 // seconds
-	maxBuckets       = 16
 )
 
 // serveAdmin routes the admin listener, by adminRoutes.
@@ -66,26 +57,26 @@ var adminPrefix = []byte("/admin/")
 
 // serveSale serves the admin calls on one sale; the router checked its id.
 func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
-	sale := string(m.sale)
+	saleID := string(m.sale)
 	rctx, cancel := s.redisCtx()
 	defer cancel()
 	var (
-		v       *SaleView
+		v       *sale.View
 		created bool
 		err     error
 	)
 	switch m.route {
 	case routeAdminSale:
-		v, err = s.store.Sale(rctx, sale)
+		v, err = s.sales.Sale(rctx, saleID)
 	case routeAdminUpsert:
 		u, reason := parseSaleUpdate(ctx.PostBody())
 		if reason != "" {
 			write(ctx, badRequest(reason))
 			return
 		}
-		v, created, err = s.store.Upsert(rctx, sale, u)
+		v, created, err = s.sales.Upsert(rctx, saleID, u)
 		if err == nil {
-			s.audit(ctx, "sale.upsert", sale, zap.Bool("created", created), zap.Int64("stock", v.Stock),
+			s.audit(ctx, "sale.upsert", saleID, zap.Bool("created", created), zap.Int64("stock", v.Stock),
 				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt),
 				zap.Int64("payment_window", v.PaymentWindow))
 		}
@@ -95,23 +86,23 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 			write(ctx, badRequest(reason))
 			return
 		}
-		v, err = s.store.Restock(rctx, sale, n)
+		v, err = s.sales.Restock(rctx, saleID, n)
 		if err == nil {
-			s.audit(ctx, "sale.restock", sale, zap.Int64("quantity", n), zap.Int64("stock", v.Stock))
+			s.audit(ctx, "sale.restock", saleID, zap.Int64("quantity", n), zap.Int64("stock", v.Stock))
 		}
 	case routeLock, routeUnlock:
 		lock := m.route == routeLock
-		v, err = s.store.SetLocked(rctx, sale, lock)
+		v, err = s.sales.SetLocked(rctx, saleID, lock)
 		if err == nil {
 			what := "sale.unlock"
 			if lock {
 				what = "sale.lock"
 			}
-			s.audit(ctx, what, sale)
+			s.audit(ctx, what, saleID)
 		}
 	}
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, sale.ErrUnavailable) {
 			s.unavailable(ctx, "admin", err)
 			return
 		}
@@ -121,7 +112,7 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 	if m.route != routeAdminSale {
 		// Other gateways learn of the change from its announcement; this one
 		// needs no round trip for it.
-		s.closed.forget(sale)
+		s.closed.forget(saleID)
 	}
 	code := fasthttp.StatusOK
 	if created {
@@ -136,34 +127,34 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 // event, also when what it did was to expire it (a pay or cancel at or
 // after pay_by); a repeat that changed nothing, and a refusal, are not.
 func (s *Server) serveOrderChange(ctx *fasthttp.RequestCtx, m match) {
-	sale, id := string(m.sale), string(m.order)
+	saleID, id := string(m.sale), string(m.order)
 	rctx, cancel := s.redisCtx()
 	defer cancel()
-	what, change := "order.pay", s.store.Pay
+	what, change := "order.pay", s.sales.Pay
 	if m.route == routeCancel {
-		what, change = "order.cancel", s.store.Cancel
+		what, change = "order.cancel", s.sales.Cancel
 	}
-	rec, changed, err := change(rctx, sale, id)
+	rec, changed, err := change(rctx, saleID, id)
 	if changed {
-		s.audit(ctx, what, sale, zap.String("order_id", id), zap.String("state", rec.State),
+		s.audit(ctx, what, saleID, zap.String("order_id", id), zap.String("state", rec.State),
 			zap.String("user_id", rec.UserID), zap.Int64("quantity", rec.Quantity))
 		if rec.State != order.StatePaid {
-			s.closed.forget(sale) // units are back: a sold-out sale may sell again
+			s.closed.forget(saleID) // units are back: a sold-out sale may sell again
 		}
 	}
 	if err != nil {
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, sale.ErrUnavailable) {
 			s.unavailable(ctx, "admin", err)
 			return
 		}
 		write(ctx, replyFor(err))
 		return
 	}
-	write(ctx, reply{code: fasthttp.StatusOK, body: appendOrderView(nil, sale, id, rec)})
+	write(ctx, reply{code: fasthttp.StatusOK, body: appendOrderView(nil, saleID, id, rec)})
 }
 
-func (s *Server) audit(ctx *fasthttp.RequestCtx, what, sale string, fields ...zap.Field) {
-	s.log.Info("audit", append([]zap.Field{zap.String("action", what), zap.String("sale_id", sale),
+func (s *Server) audit(ctx *fasthttp.RequestCtx, what, saleID string, fields ...zap.Field) {
+	s.log.Info("audit", append([]zap.Field{zap.String("action", what), zap.String("sale_id", saleID),
 		zap.String("who", s.who(ctx))}, fields...)...)
 }
 
@@ -176,7 +167,7 @@ func (s *Server) who(ctx *fasthttp.RequestCtx) string {
 	return "token@" + remote(ctx)
 }
 
-func adminView(v *SaleView) []byte {
+func adminView(v *sale.View) []byte {
 	b := append([]byte(nil), `{"status":"ok","sale_id":"`...)
 	b = append(b, v.ID...)
 	b = append(b, `","state":"`...)
@@ -216,9 +207,7 @@ func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		s.log.Error("script reload failed", zap.Error(err))
-		b := append([]byte(nil), `{"status":"unavailable","error":`...)
-		b = appendString(b, err.Error())
-		write(ctx, reply{code: 503, body: append(b, '}')})
+		write(ctx, unavailableBecause(err.Error()))
 		return
 	}
 	// The set in use, as GET answers it: the one just loaded, unless a
@@ -271,37 +260,37 @@ func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
 }
 
 // parseSaleUpdate parses an admin PUT body. A field left out is nil; a time
-// given as null is clearTime.
-func parseSaleUpdate(body []byte) (SaleUpdate, string) {
+// given as null is sale.ClearTime.
+func parseSaleUpdate(body []byte) (sale.Update, string) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
-		return SaleUpdate{}, "body must be a JSON object"
+		return sale.Update{}, "body must be a JSON object"
 	}
-	var u SaleUpdate
+	var u sale.Update
 	if r, ok := raw["stock"]; ok {
 		n, ok := wholeNumber(r)
-		if !ok || n < 0 || n > maxStock {
+		if !ok || n < 0 || n > sale.MaxStock {
 			return u, "stock must be a whole number from 0 to 1000000000"
 		}
 		u.Stock = &n
 	}
 	if r, ok := raw["per_user_limit"]; ok {
 		n, ok := wholeNumber(r)
-		if !ok || n < 1 || n > maxLimit {
+		if !ok || n < 1 || n > sale.MaxLimit {
 			return u, "per_user_limit must be a whole number from 1 to 1000000"
 		}
 		u.Limit = &n
 	}
 	if r, ok := raw["payment_window"]; ok {
 		n, ok := wholeNumber(r)
-		if !ok || n < 0 || n > maxPaymentWindow {
+		if !ok || n < 0 || n > sale.MaxPaymentWindow {
 			return u, "payment_window must be a whole number of seconds from 0 to 86400"
 		}
 		u.PaymentWindow = &n
 	}
 	if r, ok := raw["buckets"]; ok {
 		n, ok := wholeNumber(r)
-		if !ok || n < 1 || n > maxBuckets {
+		if !ok || n < 1 || n > sale.MaxBuckets {
 			return u, "buckets must be a whole number from 1 to 16"
 		}
 		u.Buckets = &n
@@ -314,7 +303,7 @@ func parseSaleUpdate(body []byte) (SaleUpdate, string) {
 		return u, reason
 	}
 	if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
-		return u, ErrBadWindow.Error()
+		return u, sale.ErrBadWindow.Error()
 	}
 	return u, ""
 }
@@ -325,7 +314,7 @@ func parseTime(raw map[string]json.RawMessage, field string) (*int64, string) {
 		return nil, ""
 	}
 	if string(r) == "null" {
-		n := int64(clearTime)
+		n := int64(sale.ClearTime)
 		return &n, ""
 	}
 	var str string
@@ -350,7 +339,7 @@ func parseRestock(body []byte) (int64, string) {
 		return 0, "body must be a JSON object"
 	}
 	n, ok := wholeNumber(raw["quantity"])
-	if !ok || n < 1 || n > maxStock {
+	if !ok || n < 1 || n > sale.MaxStock {
 		return 0, "quantity must be a whole number from 1 to 1000000000"
 	}
 	return n, ""

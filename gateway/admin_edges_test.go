@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,17 +20,17 @@ import (
 // with an error, and changes nothing; one that reaches it exactly is fine.
 func TestRestockCeiling(t *testing.T) {
 	g := startGateway(t)
-	g.mustSale("cap", `{"stock":`+strconv.Itoa(maxStock-10)+`}`)
-	if r := g.adminPost("cap", "restock", `{"quantity":10}`); r.code != 200 || r.num("stock") != maxStock {
+	g.mustSale("cap", `{"stock":`+strconv.Itoa(sale.MaxStock-10)+`}`)
+	if r := g.adminPost("cap", "restock", `{"quantity":10}`); r.code != 200 || r.num("stock") != sale.MaxStock {
 		t.Fatalf("restock to the ceiling: %d %s", r.code, r.raw)
 	}
-	for _, q := range []int{1, maxStock, maxStock, maxStock, maxStock, maxStock} {
+	for _, q := range []int{1, sale.MaxStock, sale.MaxStock, sale.MaxStock, sale.MaxStock, sale.MaxStock} {
 		r := g.adminPost("cap", "restock", `{"quantity":`+strconv.Itoa(q)+`}`)
 		if r.code != 409 || r.status() != "conflict" || r.str("error") == "" {
 			t.Errorf("restock %d past the ceiling: %d %s, want 409 conflict with an error", q, r.code, r.raw)
 		}
 	}
-	if v := g.view("cap"); v.num("stock") != maxStock || v.num("remaining") != maxStock {
+	if v := g.view("cap"); v.num("stock") != sale.MaxStock || v.num("remaining") != sale.MaxStock {
 		t.Errorf("after refused restocks: %s", v.raw)
 	}
 	// Sold units count toward the stock, not against the ceiling: it bounds
@@ -37,41 +39,13 @@ func TestRestockCeiling(t *testing.T) {
 	if r := g.buy("sold", "u", 1, ""); r.code != 202 {
 		t.Fatalf("buy: %d %s", r.code, r.raw)
 	}
-	if r := g.adminPost("sold", "restock", `{"quantity":`+strconv.Itoa(maxStock-4)+`}`); r.code != 409 {
+	if r := g.adminPost("sold", "restock", `{"quantity":`+strconv.Itoa(sale.MaxStock-4)+`}`); r.code != 409 {
 		t.Errorf("restock past the ceiling on a sale with sales: %d %s", r.code, r.raw)
 	}
-	if r := g.adminPost("sold", "restock", `{"quantity":`+strconv.Itoa(maxStock-5)+`}`); r.code != 200 || r.num("stock") != maxStock {
+	if r := g.adminPost("sold", "restock", `{"quantity":`+strconv.Itoa(sale.MaxStock-5)+`}`); r.code != 200 || r.num("stock") != sale.MaxStock {
 		t.Errorf("restock to the ceiling: %d %s", r.code, r.raw)
 	}
 	g.checkLedger("sold")
-}
-
-// A restock call retried after its reply was lost answers as its first run
-// did, also when that run is what filled the stock to the ceiling; a
-// refused run leaves no trace, so nothing would stop its retry either.
-func TestRestockCeilingRetried(t *testing.T) {
-	g := startGateway(t)
-	g.mustSale("rt", `{"stock":`+strconv.Itoa(maxStock-3)+`}`)
-	run := func(op string, n int64) (*SaleView, error) {
-		t.Helper()
-		keys := []string{g.keys.Meta("rt"), g.keys.Users("rt"), g.keys.Outbox("rt"), g.keys.Op("rt", op)}
-		v, _, err := g.srv.store.adminKeys(context.Background(), "rt", keys, "restock", n, maxStock)
-		return v, err
-	}
-	for i := 0; i < 2; i++ {
-		if v, err := run("fills", 3); err != nil || v.Stock != maxStock {
-			t.Fatalf("run %d of the restock that fills: %+v %v", i, v, err)
-		}
-	}
-	if _, err := run("passes", 1); !errors.Is(err, ErrStockCeiling) {
-		t.Errorf("restock past the ceiling: %v, want ErrStockCeiling", err)
-	}
-	if n := g.rdb.Exists(context.Background(), g.keys.Op("rt", "passes")).Val(); n != 0 {
-		t.Errorf("a refused restock left its key")
-	}
-	if v := g.view("rt"); v.num("stock") != maxStock {
-		t.Errorf("stock %d, want %d", v.num("stock"), maxStock)
-	}
 }
 
 // Issue 12, finding 8: a create refused for a missing stock still added the
@@ -92,8 +66,8 @@ func TestRefusedCreateLeavesRegistry(t *testing.T) {
 	// script would refuse is refused before the registry is touched.
 	start, end := int64(2_000_000_000_000), int64(1_000_000_000_000)
 	stock := int64(5)
-	if _, _, err := g.srv.store.Upsert(ctx, "badwin", SaleUpdate{Stock: &stock, StartsAt: &start, EndsAt: &end}); !errors.Is(err, ErrBadWindow) {
-		t.Errorf("create with ends before starts: %v, want ErrBadWindow", err)
+	if _, _, err := g.sales.Upsert(ctx, "badwin", sale.Update{Stock: &stock, StartsAt: &start, EndsAt: &end}); !errors.Is(err, sale.ErrBadWindow) {
+		t.Errorf("create with ends before starts: %v, want sale.ErrBadWindow", err)
 	}
 	if member("badwin") {
 		t.Errorf("a create refused for its window added the sale to the registry")
@@ -122,7 +96,7 @@ func TestConcurrentCreatesAndRegistry(t *testing.T) {
 	const sales = 40
 	var mu sync.Mutex
 	answers := map[string][]int{}
-	burst(4*sales, sales, func(i int) {
+	saletest.Burst(4*sales, sales, func(i int) {
 		sale, body := "race"+itoa(i/4), `{"stock":3}`
 		switch i % 4 {
 		case 1:

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"github.com/flashgate/flashgate/sale"
 	"strconv"
 	"testing"
 	"time"
@@ -53,9 +54,9 @@ var saleSeeds = []string{
 // referenceSaleUpdate reads a PUT body as the contract describes it, with
 // encoding/json doing the JSON: an object; stock a whole number 0–1e9,
 // per_user_limit 1–1e6, payment_window 0–86400, a time an RFC 3339 string
-// after the epoch or null (clearTime), ends after starts when both are set.
+// after the epoch or null (sale.ClearTime), ends after starts when both are set.
 // ok false: refused.
-func referenceSaleUpdate(body []byte) (u SaleUpdate, ok bool) {
+func referenceSaleUpdate(body []byte) (u sale.Update, ok bool) {
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(body, &raw) != nil || raw == nil {
 		return u, false
@@ -76,7 +77,7 @@ func referenceSaleUpdate(body []byte) (u SaleUpdate, ok bool) {
 		if !present {
 			return nil, true
 		}
-		n := int64(clearTime)
+		n := int64(sale.ClearTime)
 		if string(r) == "null" {
 			return &n, true
 		}
@@ -92,16 +93,16 @@ func referenceSaleUpdate(body []byte) (u SaleUpdate, ok bool) {
 		return &n, true
 	}
 	var okS, okL, okW, okA, okE bool
-	u.Stock, okS = whole("stock", 0, maxStock)
-	u.Limit, okL = whole("per_user_limit", 1, maxLimit)
-	u.PaymentWindow, okW = whole("payment_window", 0, maxPaymentWindow)
+	u.Stock, okS = whole("stock", 0, sale.MaxStock)
+	u.Limit, okL = whole("per_user_limit", 1, sale.MaxLimit)
+	u.PaymentWindow, okW = whole("payment_window", 0, sale.MaxPaymentWindow)
 	u.StartsAt, okA = when("starts_at")
 	u.EndsAt, okE = when("ends_at")
 	if !okS || !okL || !okW || !okA || !okE {
-		return SaleUpdate{}, false
+		return sale.Update{}, false
 	}
 	if u.StartsAt != nil && u.EndsAt != nil && *u.StartsAt > 0 && *u.EndsAt > 0 && *u.EndsAt <= *u.StartsAt {
-		return SaleUpdate{}, false
+		return sale.Update{}, false
 	}
 	return u, true
 }
@@ -122,7 +123,7 @@ func onlySaleFields(body []byte) bool {
 }
 
 // canonicalSale writes u back as a PUT body.
-func canonicalSale(u SaleUpdate) []byte {
+func canonicalSale(u sale.Update) []byte {
 	b := []byte{'{'}
 	field := func(name string, v []byte) {
 		if len(b) > 1 {
@@ -139,7 +140,7 @@ func canonicalSale(u SaleUpdate) []byte {
 	ts := func(name string, p *int64) {
 		switch {
 		case p == nil:
-		case *p == clearTime:
+		case *p == sale.ClearTime:
 			field(name, []byte("null"))
 		default:
 			field(name, strconv.AppendQuote(nil, time.UnixMilli(*p).UTC().Format(time.RFC3339Nano)))
@@ -153,13 +154,13 @@ func canonicalSale(u SaleUpdate) []byte {
 	return append(b, '}')
 }
 
-func sameUpdate(a, b SaleUpdate) bool {
+func sameUpdate(a, b sale.Update) bool {
 	eq := func(x, y *int64) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
 	return eq(a.Stock, b.Stock) && eq(a.Limit, b.Limit) && eq(a.PaymentWindow, b.PaymentWindow) &&
 		eq(a.StartsAt, b.StartsAt) && eq(a.EndsAt, b.EndsAt)
 }
 
-func show(u SaleUpdate) string { return string(canonicalSale(u)) }
+func show(u sale.Update) string { return string(canonicalSale(u)) }
 
 // FuzzAdminSale fuzzes the PUT /admin/v1/sales/{sale_id} body parser.
 func FuzzAdminSale(f *testing.F) {
@@ -223,7 +224,7 @@ func referenceRestock(body []byte) (int64, bool) {
 	}
 	r, present := raw["quantity"]
 	var n int64
-	if !present || string(r) == "null" || json.Unmarshal(r, &n) != nil || n < 1 || n > maxStock {
+	if !present || string(r) == "null" || json.Unmarshal(r, &n) != nil || n < 1 || n > sale.MaxStock {
 		return 0, false
 	}
 	return n, true
@@ -237,8 +238,8 @@ func FuzzRestock(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, reason := parseRestock(body)
 		if reason == "" {
-			if got < 1 || got > maxStock {
-				t.Fatalf("%q: accepted %d, outside 1–%d", body, got, maxStock)
+			if got < 1 || got > sale.MaxStock {
+				t.Fatalf("%q: accepted %d, outside 1–%d", body, got, sale.MaxStock)
 			}
 			again, reason := parseRestock([]byte(`{"quantity":` + strconv.FormatInt(got, 10) + `}`))
 			if reason != "" || again != got {

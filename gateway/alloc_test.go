@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/flashgate/flashgate/sale"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func newBuyCtx(sale, body string) *fasthttp.RequestCtx {
 // buy is answered without Redis: the handler's own cost, parsing to reply.
 func soldOutServer(t testing.TB) *Server {
 	g := startGateway(t)
-	g.srv.closed.remember("gone", ErrSoldOut, g.srv.closed.epoch.Load(), time.Now().Add(time.Hour))
+	g.srv.closed.remember("gone", sale.ErrSoldOut, g.srv.closed.epoch.Load(), time.Now().Add(time.Hour))
 	g.srv.closed.ttl = 24 * time.Hour
 	return g.srv
 }

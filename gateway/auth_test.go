@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"io"
 	"net/http"
 	"os"
@@ -515,7 +517,7 @@ func TestInvariant9BuyerAuthentication(t *testing.T) {
 	}
 
 	// Buyers first, so that attackers have orders to try to read.
-	burst(buyers*clicks, 64, func(i int) {
+	saletest.Burst(buyers*clicks, 64, func(i int) {
 		b := i % buyers
 		body := `{"quantity":1}`
 		if i%2 == 0 {
@@ -568,7 +570,7 @@ func TestInvariant9BuyerAuthentication(t *testing.T) {
 		plan = append(plan, forged(i)...)
 	}
 	// Attackers hammer while buyers click again (all at their limit now).
-	burst(len(plan)+buyers*clicks, 64, func(i int) {
+	saletest.Burst(len(plan)+buyers*clicks, 64, func(i int) {
 		if i >= len(plan) {
 			b := i % buyers
 			if r := g.send("POST", "/v1/sales/hot/orders", `{}`, tokens[b]); r.status() != "limit_reached" {
@@ -620,7 +622,7 @@ func TestInvariant9BuyerAuthentication(t *testing.T) {
 // soldOutServerWith is soldOutServer (alloc_test.go) with options.
 func soldOutServerWith(t testing.TB, opts ...gwOption) *Server {
 	g := startGateway(t, opts...)
-	g.srv.closed.remember("gone", ErrSoldOut, g.srv.closed.epoch.Load(), time.Now().Add(time.Hour))
+	g.srv.closed.remember("gone", sale.ErrSoldOut, g.srv.closed.epoch.Load(), time.Now().Add(time.Hour))
 	g.srv.closed.ttl = 24 * time.Hour
 	return g.srv
 }

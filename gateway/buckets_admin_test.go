@@ -167,8 +167,8 @@ func testBucketLowerStockUnderLoad(t *testing.T, g *testGateway, sale string) {
 		t.Errorf("the crowd was accepted %d units, the new stock is %d", units, target)
 	}
 	l := checkBuckets(t, g, sale)
-	if l.sold() != target || l.stock != target {
-		t.Errorf("sold %d of a stock of %d, want all %d", l.sold(), l.stock, target)
+	if l.Sold() != target || l.Stock != target {
+		t.Errorf("sold %d of a stock of %d, want all %d", l.Sold(), l.Stock, target)
 	}
 	if v := g.view(sale); v.num("remaining") != 0 || v.str("state") != "sold_out" {
 		t.Errorf("view after the crowd: %s", v.raw)
@@ -192,8 +192,8 @@ func TestBucketRaiseStockUnderLoad(t *testing.T) {
 		t.Errorf("the crowd was accepted %d units, the new stock is %d", units, raised)
 	}
 	l := checkBuckets(t, g, sale)
-	if l.sold() != raised || l.stock != raised {
-		t.Errorf("sold %d of a stock of %d, want all %d", l.sold(), l.stock, raised)
+	if l.Sold() != raised || l.Stock != raised {
+		t.Errorf("sold %d of a stock of %d, want all %d", l.Sold(), l.Stock, raised)
 	}
 }
 
@@ -238,8 +238,8 @@ func TestBucketAdminConflicts(t *testing.T) {
 				t.Errorf("the refused PUTs changed the sale: %s", v.raw)
 			}
 			if c.buckets > 1 {
-				if l := checkBuckets(t, g, c.sale); l.moved <= 25 {
-					t.Fatalf("the buckets hold %d units, no more than sold: the test does not lower below what they hold", l.moved)
+				if l := checkBuckets(t, g, c.sale); l.Moved <= 25 {
+					t.Fatalf("the buckets hold %d units, no more than sold: the test does not lower below what they hold", l.Moved)
 				}
 			}
 			if r := g.put(c.sale, `{"stock":25}`); r.code != 200 || r.num("stock") != 25 || r.num("remaining") != 0 {
@@ -249,137 +249,10 @@ func TestBucketAdminConflicts(t *testing.T) {
 				t.Errorf("buy after the stock was lowered to sold: %d %s", r.code, r.raw)
 			}
 			if c.buckets > 1 {
-				if l := checkBuckets(t, g, c.sale); l.sold() != 25 || l.stock != 25 {
-					t.Errorf("sold %d of %d, want 25 of 25", l.sold(), l.stock)
+				if l := checkBuckets(t, g, c.sale); l.Sold() != 25 || l.Stock != 25 {
+					t.Errorf("sold %d of %d, want 25 of 25", l.Sold(), l.Stock)
 				}
 			}
 		})
-	}
-}
-
-// What a lowering that died left behind is no obstacle to the next: its
-// fence, which lapses by itself or gives way to the next lowering's, and
-// half-done moves (a take without its credit, a give without its accept),
-// which the next lowering finishes, so that a stock of exactly the units
-// sold is taken. Nothing is lost or counted twice: the units are conserved
-// throughout, and once the fence is lifted the buckets take from the pool
-// again.
-func TestBucketLowerAfterCrash(t *testing.T) {
-	g := startGateway(t)
-	ctx := context.Background()
-	const sale = "bcrash"
-	g.mustSale(sale, `{"stock":1000,"per_user_limit":5,"buckets":3}`)
-	st := g.srv.store
-	bs, err := st.bucketsOf(ctx, sale)
-	if err != nil || bs == nil {
-		t.Fatalf("buckets: %v %v", bs, err)
-	}
-	for i := range 5 {
-		if r := g.buy(sale, "k"+itoa(i), 5, ""); r.code != 202 {
-			t.Fatalf("buy: %d %s", r.code, r.raw)
-		}
-	}
-	home := []string{g.keys.Meta(sale), g.keys.Moves(sale)}
-	take := func(b int) int64 {
-		t.Helper()
-		id, err := moveID()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := st.move(ctx, home, "take", id, int64(1), b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	fence := func(id string, ms int64) {
-		t.Helper()
-		if _, err := st.move(ctx, home, "fence", id, ms); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// A fence stops takes until its own id lifts it, or it lapses.
-	fence("f1", 60_000)
-	if n := take(0); n != 0 {
-		t.Errorf("a take through a fence moved %d units", n)
-	}
-	if _, err := st.move(ctx, home, "unfence", "other"); err != nil {
-		t.Fatal(err)
-	}
-	if n := take(0); n != 0 {
-		t.Errorf("another id lifted the fence: a take moved %d units", n)
-	}
-	if _, err := st.move(ctx, home, "unfence", "f1"); err != nil {
-		t.Fatal(err)
-	}
-	if n := take(0); n == 0 {
-		t.Errorf("no take after the unfence")
-	}
-	fence("f2", 50)
-	if n := take(0); n != 0 {
-		t.Errorf("a take through a fence moved %d units", n)
-	}
-	waitFor(t, "the fence to lapse", func() bool { return take(0) > 0 })
-	settle := NewStore(g.rdb, g.loader, g.keys)
-	settle.settleAge = 0
-	if err := settle.settleMoves(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// A lowering died after the first halves of a take and of a give, and
-	// with its fence up.
-	id, err := moveID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	halfTake, err := st.move(ctx, home, "take", id, int64(1), 1)
-	if err != nil || halfTake == 0 {
-		t.Fatalf("half take: %d %v", halfTake, err)
-	}
-	gid, err := moveID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lane := []string{g.keys.Meta(bs.names[0]), g.keys.Moves(bs.names[0])}
-	if n, err := st.move(ctx, lane, "give", gid, int64(0)); err != nil || n == 0 {
-		t.Fatalf("half give of bucket 0: %d %v", n, err)
-	}
-	fence("dead", 60_000)
-	l := checkBuckets(t, g, sale)
-	if l.takes != halfTake || l.gives == 0 || l.moved <= 25 || l.sold() != 25 {
-		t.Fatalf("layout: moved %d, take records %d, give records %d, sold %d", l.moved, l.takes, l.gives, l.sold())
-	}
-
-	if r := g.put(sale, `{"stock":25}`); r.code != 200 || r.num("stock") != 25 || r.num("remaining") != 0 {
-		t.Fatalf("PUT stock 25 = sold, after a dead lowering: %d %s", r.code, r.raw)
-	}
-	l = checkBuckets(t, g, sale)
-	if l.stock != 25 || l.moved != 25 || l.takes != 0 || l.gives != 0 || l.sold() != 25 {
-		t.Errorf("after the lowering: stock %d, moved %d, records %d+%d, sold %d; want 25, 25, none, 25",
-			l.stock, l.moved, l.takes, l.gives, l.sold())
-	}
-	if f := g.rdb.HGet(ctx, g.keys.Meta(sale), "fence").Val(); f != "" {
-		t.Errorf("the lowering left the fence %q", f)
-	}
-	if r := g.adminPost(sale, "restock", `{"quantity":10}`); r.code != 200 || r.num("remaining") != 10 {
-		t.Fatalf("restock: %d %s", r.code, r.raw)
-	}
-	var units int64
-	for i := 0; units < 10; i++ {
-		if i > 10 {
-			t.Fatalf("the restocked units do not sell: %d sold", units)
-		}
-		if r := g.buy(sale, "late"+itoa(i), 5, ""); r.code == 202 {
-			units += 5
-		} else {
-			t.Errorf("buy of 5 after the restock: %d %s", r.code, r.raw)
-		}
-	}
-	if r := g.buy(sale, "later", 1, ""); r.code != 410 {
-		t.Errorf("buy past the stock: %d %s", r.code, r.raw)
-	}
-	if l := checkBuckets(t, g, sale); l.sold() != 35 || l.stock != 35 {
-		t.Errorf("sold %d of %d, want 35 of 35", l.sold(), l.stock)
 	}
 }

@@ -1,23 +1,19 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-
-	"github.com/flashgate/flashgate/retry"
+	"github.com/flashgate/flashgate/sale"
 )
 
 // closedSales remembers, for a short while, the sales that Redis said are
 // sold out, locked, ended or unknown, so that the crowd arriving after the
 // last unit is answered from memory. Every admin change of a sale is
-// announced on a pub/sub channel (inside the admin script, atomically with
-// the change) and forgets the sale at once; the TTL is the safety net for a
+// announced (inside the admin script, atomically with the change; heard
+// through sale.Store.Listen) and forgets the sale at once; the TTL is the safety net for a
 // missed announcement.
 //
 // What this allows (API.md's check order is shape, sale, window, lock,
@@ -54,12 +50,12 @@ func newClosedSales(ttl time.Duration) *closedSales {
 }
 
 // get returns the remembered refusal of sale, or nil.
-func (c *closedSales) get(sale []byte, now time.Time) error {
+func (c *closedSales) get(id []byte, now time.Time) error {
 	if c.ttl <= 0 {
 		return nil
 	}
 	c.mu.RLock()
-	e, ok := c.m[string(sale)] // no allocation: the compiler reads the bytes in place
+	e, ok := c.m[string(id)] // no allocation: the compiler reads the bytes in place
 	c.mu.RUnlock()
 	if !ok || now.After(e.until) {
 		return nil
@@ -69,12 +65,12 @@ func (c *closedSales) get(sale []byte, now time.Time) error {
 
 // remember records Redis's answer for sale if it is one to remember and no
 // announcement arrived since epoch (read before the call that produced it).
-func (c *closedSales) remember(sale string, err error, epoch uint64, now time.Time) {
+func (c *closedSales) remember(id string, err error, epoch uint64, now time.Time) {
 	if c.ttl <= 0 {
 		return
 	}
 	switch {
-	case errors.Is(err, ErrSoldOut), errors.Is(err, ErrLocked), errors.Is(err, ErrEnded), errors.Is(err, ErrNotFound):
+	case errors.Is(err, sale.ErrSoldOut), errors.Is(err, sale.ErrLocked), errors.Is(err, sale.ErrEnded), errors.Is(err, sale.ErrNotFound):
 	default:
 		return
 	}
@@ -83,63 +79,32 @@ func (c *closedSales) remember(sale string, err error, epoch uint64, now time.Ti
 		if len(c.m) >= maxClosed {
 			clear(c.m)
 		}
-		c.m[sale] = closedEntry{err: err, until: now.Add(c.ttl)}
+		c.m[id] = closedEntry{err: err, until: now.Add(c.ttl)}
 	}
 	c.mu.Unlock()
 }
 
 // forget drops what is remembered of sale ("" drops everything).
-func (c *closedSales) forget(sale string) {
+func (c *closedSales) forget(id string) {
 	c.mu.Lock()
 	c.epoch.Add(1)
-	if sale == "" {
+	if id == "" {
 		clear(c.m)
 	} else {
-		delete(c.m, sale)
+		delete(c.m, id)
 	}
 	c.mu.Unlock()
 }
 
-// watch listens to the announcements until ctx is done. Whenever the
-// subscription is (re)established or fails, everything is forgotten, since
-// announcements may have been missed meanwhile. A failed subscription is
-// retried after a backoff, reset once it is up again; the pause is kept
-// short because the memory is off (announcements unheard) meanwhile.
-func (c *closedSales) watch(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger) {
-	ps := rdb.Subscribe(ctx, channel)
-	defer ps.Close()
-	// A blocked read does not see ctx; closing the subscription ends it.
-	stop := context.AfterFunc(ctx, func() { ps.Close() })
-	defer stop()
-	backoff := retry.Backoff{Min: 200 * time.Millisecond, Max: time.Second}
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
-		if ctx.Err() != nil {
-			return
-		}
-		switch m := msg.(type) {
-		case *redis.Message:
-			c.forget(m.Payload)
-		case *redis.Subscription:
-			c.forget("")
-			c.subscribed.Store(true)
-			backoff.Reset()
-		case *redis.Pong:
-		default:
-			if err != nil && !isTimeout(err) {
-				c.subscribed.Store(false)
-				c.forget("")
-				d := backoff.Next()
-				log.Debug("sale announcements: subscription lost; retrying", zap.Error(err), zap.Duration("in", d))
-				if !retry.Sleep(ctx, d) {
-					return
-				}
-			}
-		}
-	}
+// Changed forgets sale: an admin change of it was announced
+// (sale.Listener).
+func (c *closedSales) Changed(id string) { c.forget(id) }
+
+// Missed forgets everything, since announcements may have been missed
+// (sale.Listener); up tells whether they are heard again.
+func (c *closedSales) Missed(up bool) {
+	c.forget("")
+	c.subscribed.Store(up)
 }
 
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
-}
+var _ sale.Listener = (*closedSales)(nil)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 		if r := g.buy("so", "late0", 1, ""); r.code != 410 {
 			t.Fatalf("sold out: %d %s", r.code, r.raw)
 		}
-		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), ErrSoldOut)
+		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), sale.ErrSoldOut)
 	})
 	calls := g.loader.Stats().Calls
 	for i := 0; i < 100; i++ {
@@ -71,7 +73,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 		if r := g.buy("so", "c1", 1, ""); r.code != 423 {
 			t.Fatalf("locked: %d %s", r.code, r.raw)
 		}
-		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), ErrLocked)
+		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), sale.ErrLocked)
 	})
 	g.adminPost("so", "unlock", "")
 	waitFor(t, "the unlock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
@@ -100,16 +102,16 @@ func TestClosedSaleTTLSafetyNet(t *testing.T) {
 func TestBatchingCoalesces(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Batch.MaxSize = 64 })
 	g.mustSale("co", `{"stock":100000,"per_user_limit":10}`)
-	before := g.srv.batch.calls.Load()
-	burst(3000, 128, func(i int) { g.buy("co", fmt.Sprintf("u%d", i%1000), 1, "") })
-	calls := g.srv.batch.calls.Load() - before
+	before := g.scrape()["flashgate_reserve_calls_total"]
+	saletest.Burst(3000, 128, func(i int) { g.buy("co", fmt.Sprintf("u%d", i%1000), 1, "") })
+	calls := g.scrape()["flashgate_reserve_calls_total"] - before
 	if calls == 0 || calls >= 3000 {
-		t.Errorf("%d script calls for 3000 concurrent buys: no batching", calls)
+		t.Errorf("%.0f script calls for 3000 concurrent buys: no batching", calls)
 	}
 	if sold := g.checkLedger("co"); sold != 3000 {
 		t.Errorf("sold %d, want 3000", sold)
 	}
-	t.Logf("3000 buys in %d script calls", calls)
+	t.Logf("3000 buys in %.0f script calls", calls)
 }
 
 // Admission control sheds buys with 429; invariant 1: what it let through

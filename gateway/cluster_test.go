@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,7 +133,7 @@ func TestScriptFlushEveryPrimary(t *testing.T) {
 		results[i] = newOutcomes()
 	}
 	buys := len(sales) * stock * 2
-	burst(buys, 64, func(i int) {
+	saletest.Burst(buys, 64, func(i int) {
 		s := i % len(sales)
 		user := fmt.Sprintf("u%d", i/len(sales))
 		results[s].add(t, g.buy(sales[s], user, 1, ""), user)
@@ -180,9 +181,9 @@ func TestSweepEveryPrimary(t *testing.T) {
 			v := g.view(sale)
 			return v.num("pending_payment") == 0 && v.num("sold") == 0 && v.num("remaining") == 5
 		})
-		l := checkPayments(t, g.rdb, g.keys, sale)
-		if l.byState[order.StateExpired] != 3 {
-			t.Errorf("%s: %v, want 3 expired", sale, l.byState)
+		l := saletest.CheckPayments(t, g.rdb, g.keys, sale)
+		if l.ByState[order.StateExpired] != 3 {
+			t.Errorf("%s: %v, want 3 expired", sale, l.ByState)
 		}
 	}
 }

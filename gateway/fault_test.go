@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"strings"
 	"sync"
 	"testing"
@@ -142,7 +143,7 @@ func (r *faultRun) buy(i int) buyAnswer {
 // buyOnce sends every buyer's buy at once and returns the answers.
 func (r *faultRun) buyOnce() []buyAnswer {
 	answers := make([]buyAnswer, r.buyers)
-	burst(r.buyers, r.buyers, func(i int) { answers[i] = r.buy(i) })
+	saletest.Burst(r.buyers, r.buyers, func(i int) { answers[i] = r.buy(i) })
 	for i, a := range answers {
 		if a.code != 202 && a.code != 503 {
 			r.t.Errorf("buyer %s under the fault: %d %s, want 202 or 503", r.user(i), a.code, a.raw)

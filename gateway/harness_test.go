@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"io"
 	"net/http"
 	"strings"
@@ -18,7 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/expiry"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -42,15 +44,17 @@ const testToken = "test-admin-token-0123456789"
 // `make up` (or the Redis Cluster of `make up-cluster`), with its own key
 // prefix so tests cannot see each other's sales.
 type testGateway struct {
-	t      testing.TB
-	srv    *Server
-	cfg    *config.Config
-	rdb    redis.UniversalClient
-	loader *scripts.Loader
-	keys   scripts.Keys
-	base   string // http://public
-	admin  string // http://admin
-	client *http.Client
+	t       testing.TB
+	srv     *Server
+	sales   *sale.Store
+	sweeper *expiry.Sweeper
+	cfg     *config.Config
+	rdb     redis.UniversalClient
+	loader  *scripts.Loader
+	keys    scripts.Keys
+	base    string // http://public
+	admin   string // http://admin
+	client  *http.Client
 }
 
 type gwOption func(*config.Config)
@@ -99,15 +103,34 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}
-	srv, err := New(cfg, Deps{Log: log, Redis: rdb, Loader: loader})
+	// The parts the process wires around its Server (cmd/flashgate's
+	// runGateway): the sales' store and the payment sweeper, both run
+	// while the gateway does. The relay is not here: the outboxes stay
+	// for the tests to read.
+	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
+	sales, err := sale.New(rdb, loader, keys, sale.Options{
+		Batch:   sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
+		Timeout: cfg.Redis.Timeout, ZeroLoss: cfg.Redis.ZeroLoss, Log: log.Named("sale"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeper := expiry.New(rdb, loader, keys, expiry.Deps{Log: log.Named("expiry"), Timeout: cfg.Redis.Timeout, Wrote: sales.Touch})
+	srv, err := New(cfg, Deps{Log: log, Sales: sales, Loader: loader, Metrics: func(w io.Writer) {
+		sales.WriteMetrics(w)
+		sweeper.WriteMetrics(w)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var jobs sync.WaitGroup
+	jobs.Go(func() { sales.Run(runCtx) })
+	jobs.Go(func() { sweeper.Run(runCtx) })
 	go func() { done <- srv.Run(runCtx) }()
 	g := &testGateway{
-		t: t, srv: srv, cfg: cfg, rdb: rdb, loader: loader, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
+		t: t, srv: srv, sales: sales, sweeper: sweeper, cfg: cfg, rdb: rdb, loader: loader, keys: keys,
 		base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}},
@@ -122,6 +145,7 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		case <-time.After(20 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
+		jobs.Wait()
 		g.client.CloseIdleConnections()
 		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		rdb.Close()
@@ -238,7 +262,7 @@ func (g *testGateway) checkLedger(sale string) (sold int64) {
 	if units != sold {
 		g.t.Errorf("users hold %d units, sold is %d", units, sold)
 	}
-	os := outboxOrders(g.t, g.rdb, g.keys.Outbox(sale))
+	os := saletest.OutboxOrders(g.t, g.rdb, g.keys.Outbox(sale))
 	var outUnits int64
 	seen := map[string]bool{}
 	for _, o := range os {
@@ -260,63 +284,12 @@ func (g *testGateway) checkLedger(sale string) (sold int64) {
 	return sold
 }
 
-// outboxOrders returns the orders (and changes of state) an outbox holds,
-// in their order, whatever the form of its entries (order.FromStreamEntry),
-// each with the id of its entry.
-func outboxOrders(t testing.TB, rdb redis.UniversalClient, key string) []entryOrder {
-	t.Helper()
-	entries, err := rdb.XRange(context.Background(), key, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []entryOrder
-	for _, e := range entries {
-		os, err := order.FromStreamEntry(e.Values)
-		if err != nil {
-			t.Fatalf("outbox %s entry %s: %v", key, e.ID, err)
-		}
-		for _, o := range os {
-			out = append(out, entryOrder{o, e.ID})
-		}
-	}
-	return out
-}
-
-// entryOrder is an order of an outbox entry, and the entry's id.
-type entryOrder struct {
-	order.Order
-	Entry string
-}
-
 func atoi(s string) int {
 	n := 0
 	for _, c := range s {
 		n = n*10 + int(c-'0')
 	}
 	return n
-}
-
-// burst runs n calls of f on up to `workers` goroutines released together.
-func burst(n, workers int, f func(i int)) {
-	var wg sync.WaitGroup
-	next := make(chan int, n)
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	start := make(chan struct{})
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
 }
 
 var _ = bytes.Equal

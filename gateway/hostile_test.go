@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"io"
 	"net"
 	"net/http"
@@ -103,7 +104,7 @@ func testHostileIdemKeys(t *testing.T, mode gwOption) {
 	}
 	var mu sync.Mutex
 	answers := map[string]int{}
-	burst(hostile, 32, func(i int) {
+	saletest.Burst(hostile, 32, func(i int) {
 		r := g.buy("gone", "h"+itoa(i%50), 1, keys[i])
 		mu.Lock()
 		answers[strconv.Itoa(r.code)+" "+r.status()]++
@@ -160,7 +161,7 @@ func TestRefusedKeyBuysLater(t *testing.T) {
 		t.Run(tc.refusal, func(t *testing.T) {
 			together := func() []response {
 				rs := make([]response, 40)
-				burst(len(rs), len(rs), func(i int) { rs[i] = g.buy(tc.sale, "kim", 1, "retry-me") })
+				saletest.Burst(len(rs), len(rs), func(i int) { rs[i] = g.buy(tc.sale, "kim", 1, "retry-me") })
 				return rs
 			}
 			for _, r := range together() {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
 	"io"
 	"net"
 	"net/http"
@@ -487,7 +488,11 @@ func TestGatewayChild(t *testing.T) {
 	if _, err := loader.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Log: log, Redis: rdb, Loader: loader})
+	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.Options{Timeout: cfg.Redis.Timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Deps{Log: log, Sales: sales, Loader: loader})
 	if err != nil {
 		t.Fatal(err)
 	}

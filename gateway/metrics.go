@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -14,14 +13,13 @@ var buyStatuses = []string{"accepted", "bad_request", "not_found", "not_started"
 	"unauthorized", "forbidden"}
 
 // gatewayMetrics are the gateway's own series. Counters on the hot path are
-// plain atomics; figures that other parts keep (scripts, batcher, Redis) are
-// read when /metrics is scraped.
+// plain atomics; figures that the loader keeps are read when /metrics is
+// scraped. The sales' own series are package sale's (Deps.Metrics).
 type gatewayMetrics struct {
 	set          *metrics.Set
 	buys         map[string]*metrics.Counter
 	other        *metrics.Counter
 	latency      *metrics.PrometheusHistogram
-	batchSize    *metrics.PrometheusHistogram
 	shortCircuit *metrics.Counter
 }
 
@@ -34,8 +32,6 @@ func newGatewayMetrics(s *Server) *gatewayMetrics {
 	m.other = set.NewCounter(`flashgate_buys_total{status="other"}`)
 	m.latency = set.NewPrometheusHistogramExt("flashgate_buy_duration_seconds",
 		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5})
-	m.batchSize = set.NewPrometheusHistogramExt("flashgate_reserve_batch_size",
-		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})
 	m.shortCircuit = set.NewCounter("flashgate_buys_short_circuit_total")
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		st := s.loader.Stats()
@@ -44,14 +40,11 @@ func newGatewayMetrics(s *Server) *gatewayMetrics {
 		metrics.WriteCounterUint64(w, "flashgate_script_noscript_total", st.NoScript)
 		metrics.WriteCounterUint64(w, "flashgate_script_reloads_total", st.Reloads)
 		metrics.WriteCounterUint64(w, "flashgate_script_held_sales_total", st.Held)
-		metrics.WriteCounterUint64(w, "flashgate_reserve_calls_total", s.batch.calls.Load())
-		metrics.WriteCounterUint64(w, "flashgate_reserve_reservations_total", s.batch.reservations.Load())
 		draining := 0.0
 		if s.draining.Load() {
 			draining = 1
 		}
 		metrics.WriteGaugeFloat64(w, "flashgate_draining", draining)
-		s.sales.write(w)
 	})
 	return m
 }
@@ -63,21 +56,4 @@ func (m *gatewayMetrics) observeBuy(status string, start time.Time) {
 		m.other.Inc()
 	}
 	m.latency.UpdateDuration(start)
-}
-
-// appendSaleSeries appends `name{sale="SALE"} v` and a newline. A valid
-// sale id needs no escaping: the id rule allows no quote or backslash.
-func appendSaleSeries(b []byte, name, sale string, v int64) []byte {
-	b = append(b, name...)
-	b = append(b, `{sale="`...)
-	b = append(b, sale...)
-	b = append(b, `"} `...)
-	b = strconv.AppendInt(b, v, 10)
-	return append(b, '\n')
-}
-
-func num(v any) int64 {
-	s, _ := v.(string)
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
 }

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"io"
 	"net/http"
 	"slices"
@@ -108,7 +110,7 @@ func TestSaleMetricsManySales(t *testing.T) {
 	g := startGateway(t)
 	const sales, over = 2000, 200
 	past := time.Now().Add(-time.Hour).UTC()
-	burst(sales, 32, func(i int) {
+	saletest.Burst(sales, 32, func(i int) {
 		body := `{"stock":10,"per_user_limit":10}`
 		if i < over {
 			body = `{"stock":10,"per_user_limit":10,"starts_at":"` + past.Add(-time.Hour).Format(time.RFC3339) +
@@ -135,15 +137,15 @@ func TestSaleMetricsManySales(t *testing.T) {
 	for series, want := range map[string]float64{
 		"flashgate_sales":               sales,
 		"flashgate_sales_live":          sales - over,
-		"flashgate_sale_series_omitted": sales - over - maxSaleSeries,
+		"flashgate_sale_series_omitted": sales - over - sale.MaxSaleSeries,
 	} {
 		if v, ok := m[series]; !ok || v != want {
 			t.Errorf("%s = %v (shown %v), want %v", series, v, ok, want)
 		}
 	}
 	shown := saleSeries(m)
-	if len(shown) != maxSaleSeries {
-		t.Fatalf("%d sales shown, want %d", len(shown), maxSaleSeries)
+	if len(shown) != sale.MaxSaleSeries {
+		t.Fatalf("%d sales shown, want %d", len(shown), sale.MaxSaleSeries)
 	}
 	for _, sale := range hot {
 		if !slices.Contains(shown, sale) {
@@ -151,8 +153,8 @@ func TestSaleMetricsManySales(t *testing.T) {
 		}
 	}
 	// Then by id, over sales excluded: s0200 on.
-	if shown[0] != fmt.Sprintf("s%04d", over) || shown[maxSaleSeries-4] != fmt.Sprintf("s%04d", over+maxSaleSeries-4) {
-		t.Errorf("below the hot sales, not the first live ids: %v … %v", shown[:3], shown[maxSaleSeries-4:])
+	if shown[0] != fmt.Sprintf("s%04d", over) || shown[sale.MaxSaleSeries-4] != fmt.Sprintf("s%04d", over+sale.MaxSaleSeries-4) {
+		t.Errorf("below the hot sales, not the first live ids: %v … %v", shown[:3], shown[sale.MaxSaleSeries-4:])
 	}
 	if v := m[`flashgate_sale_sold{sale="s1999"}`]; v != 3 {
 		t.Errorf("sold of s1999 %v, want 3", v)

@@ -3,21 +3,19 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -59,153 +57,6 @@ func payBy(t testing.TB, r response) int64 {
 	return at.UnixMilli()
 }
 
-// ledger is what a sale's Redis records say, checked against each other.
-type ledger struct {
-	records   map[string]scripts.Record // order id → record
-	byState   map[string]int            // orders per state
-	finals    map[string]string         // order id → state of its final outbox entry
-	sold      int64
-	pending   int64
-	stock     int64
-	remaining int64
-	maxLag    int64 // ms from pay_by to the expiry, the latest of the expired
-}
-
-// checkPayments checks Invariants 1, 2 and 8 on a sale from its Redis keys:
-// sold + remaining = stock, sold = the units of live orders (pending,
-// paid, confirmed); the users hash holds exactly each buyer's live units
-// (none at 0); the due set is exactly the pending orders, at their pay_by;
-// the counters are the numbers of orders per state; the outbox has one
-// entry per order as accepted and at most one more, the order's final
-// state, for an order in a final state and only then. It returns the
-// records.
-func checkPayments(t testing.TB, rdb redis.UniversalClient, keys scripts.Keys, sale string) ledger {
-	t.Helper()
-	ctx := context.Background()
-	l := ledger{records: map[string]scripts.Record{}, byState: map[string]int{}, finals: map[string]string{}}
-	meta, err := rdb.HGetAll(ctx, keys.Meta(sale)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := func(f string) int64 { return int64(atoi(meta[f])) }
-	l.stock, l.sold, l.pending = n("stock"), n("sold"), n("pending")
-	l.remaining = l.stock - l.sold
-	if l.remaining < 0 {
-		t.Errorf("remaining %d < 0", l.remaining)
-	}
-	raw, err := rdb.HGetAll(ctx, keys.Orders(sale)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := map[string]int64{}
-	var liveUnits int64
-	for id, v := range raw {
-		r, err := scripts.ParseRecord(v)
-		if err != nil {
-			t.Errorf("order %s: %v", id, err)
-			continue
-		}
-		l.records[id] = r
-		l.byState[r.State]++
-		if order.Live(r.State) {
-			live[r.UserID] += r.Quantity
-			liveUnits += r.Quantity
-		}
-		// A deadline is kept through the order's life: what was pending
-		// has one, a confirmed order never had one.
-		switch r.State {
-		case order.StatePendingPayment, order.StatePaid, order.StateExpired:
-			if r.PayBy == 0 {
-				t.Errorf("order %s: %s without pay_by", id, r.State)
-			}
-		case order.StateConfirmed:
-			if r.PayBy != 0 {
-				t.Errorf("order %s: confirmed with pay_by %d", id, r.PayBy)
-			}
-		}
-	}
-	if liveUnits != l.sold {
-		t.Errorf("live orders hold %d units, sold is %d (Invariant 1)", liveUnits, l.sold)
-	}
-	held, err := rdb.HGetAll(ctx, keys.Users(sale)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for u, h := range held {
-		if int64(atoi(h)) != live[u] || live[u] == 0 {
-			t.Errorf("user %s holds %s units, has %d in live orders", u, h, live[u])
-		}
-	}
-	for u, units := range live {
-		if _, ok := held[u]; !ok {
-			t.Errorf("user %s has %d units in live orders, none in the users hash", u, units)
-		}
-	}
-	for state, field := range map[string]string{order.StatePendingPayment: "pending", order.StatePaid: "paid",
-		order.StateCancelled: "cancelled", order.StateExpired: "expired"} {
-		if int64(l.byState[state]) != n(field) {
-			t.Errorf("%d orders %s, counter %s is %d", l.byState[state], state, field, n(field))
-		}
-	}
-	due, err := rdb.ZRangeWithScores(ctx, keys.Due(sale), 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(due) != l.byState[order.StatePendingPayment] {
-		t.Errorf("due set has %d orders, %d are pending", len(due), l.byState[order.StatePendingPayment])
-	}
-	for _, z := range due {
-		id := z.Member.(string)
-		if r := l.records[id]; r.State != order.StatePendingPayment || r.PayBy != int64(z.Score) {
-			t.Errorf("due order %s at %v: record %+v", id, z.Score, r)
-		}
-	}
-	accepted := map[string]int{}
-	for _, o := range outboxOrders(t, rdb, keys.Outbox(sale)) {
-		r, ok := l.records[o.OrderID]
-		if !ok || o.UserID != r.UserID || int64(o.Quantity) != r.Quantity || o.SaleID != sale {
-			t.Errorf("outbox order %+v, record %+v", o, r)
-		}
-		var pb int64
-		if !o.PayBy.IsZero() {
-			pb = o.PayBy.UnixMilli()
-		}
-		if o.ReservedAt.UnixMilli() != r.ReservedAt || pb != r.PayBy {
-			t.Errorf("outbox entry %s times %v %v, record %+v", o.Entry, o.ReservedAt, o.PayBy, r)
-		}
-		if order.Final(o.State) {
-			if prev, dup := l.finals[o.OrderID]; dup {
-				t.Errorf("order %s in the outbox as %s and as %s (Invariant 8)", o.OrderID, prev, o.State)
-			}
-			l.finals[o.OrderID] = o.State
-			// Stream ids are Redis milliseconds, taken when the XADD runs,
-			// after the script read its clock (TIME) and decided: so no
-			// expiry is stamped before pay_by. A pay decided a moment
-			// before pay_by may be stamped at or just after it (the script
-			// ran across the millisecond); one stamped a second after it
-			// can only have been decided after it.
-			ms := int64(atoi(o.Entry[:strings.IndexByte(o.Entry, '-')]))
-			if o.State == order.StateExpired && ms < r.PayBy || o.State == order.StatePaid && ms >= r.PayBy+1000 {
-				t.Errorf("order %s %s at %d, pay_by %d", o.OrderID, o.State, ms, r.PayBy)
-			}
-			if o.State == order.StateExpired {
-				l.maxLag = max(l.maxLag, ms-r.PayBy)
-			}
-		} else {
-			accepted[o.OrderID]++
-		}
-	}
-	for id, r := range l.records {
-		if accepted[id] != 1 {
-			t.Errorf("order %s accepted %d times in the outbox", id, accepted[id])
-		}
-		if f, ok := l.finals[id]; order.Final(r.State) != ok || ok && f != r.State {
-			t.Errorf("order %s is %s, its final outbox entry %q", id, r.State, f)
-		}
-	}
-	return l
-}
-
 // waitPending waits until the sale has no order awaiting payment.
 func waitPending(t *testing.T, g *testGateway, sale string) {
 	t.Helper()
@@ -231,7 +82,7 @@ func testPaymentLifecycle(t *testing.T, mode gwOption) {
 	}
 	ids := make([]string, 100)
 	var mu sync.Mutex
-	burst(100, 50, func(i int) {
+	saletest.Burst(100, 50, func(i int) {
 		r := g.buy(sale, fmt.Sprintf("u%d", i), 1, "")
 		if r.code != 202 || r.str("state") != order.StatePendingPayment || payBy(t, r) == 0 {
 			t.Errorf("buy %d: %d %s", i, r.code, r.raw)
@@ -247,8 +98,8 @@ func testPaymentLifecycle(t *testing.T, mode gwOption) {
 	if r := g.buy(sale, "late", 1, ""); r.code != 410 {
 		t.Fatalf("buy past the stock: %d %s", r.code, r.raw)
 	}
-	l := checkPayments(t, g.rdb, g.keys, sale)
-	for id, r := range l.records {
+	l := saletest.CheckPayments(t, g.rdb, g.keys, sale)
+	for id, r := range l.Records {
 		if r.PayBy != r.ReservedAt+2000 {
 			t.Errorf("order %s: pay_by %d, reserved at %d with a 2 s window", id, r.PayBy, r.ReservedAt)
 		}
@@ -257,7 +108,7 @@ func testPaymentLifecycle(t *testing.T, mode gwOption) {
 		t.Fatalf("view after the buys: %s", v.raw)
 	}
 	// Paid and cancelled at once, well before the 2 s are up.
-	burst(60, 30, func(i int) {
+	saletest.Burst(60, 30, func(i int) {
 		if i < 50 {
 			if r := g.pay(sale, ids[i]); r.code != 200 || r.str("state") != order.StatePaid || payBy(t, r) != 0 {
 				t.Errorf("pay %d: %d %s", i, r.code, r.raw)
@@ -267,17 +118,17 @@ func testPaymentLifecycle(t *testing.T, mode gwOption) {
 		}
 	})
 	waitPending(t, g, sale)
-	l = checkPayments(t, g.rdb, g.keys, sale)
+	l = saletest.CheckPayments(t, g.rdb, g.keys, sale)
 	want := map[string]int{order.StatePaid: 50, order.StateCancelled: 10, order.StateExpired: 40}
 	for state, n := range want {
-		if l.byState[state] != n {
-			t.Errorf("%d orders %s, want %d (%v)", l.byState[state], state, n, l.byState)
+		if l.ByState[state] != n {
+			t.Errorf("%d orders %s, want %d (%v)", l.ByState[state], state, n, l.ByState)
 		}
 	}
-	if l.sold != 50 || l.remaining != 50 {
-		t.Errorf("sold %d remaining %d after expiry, want 50 and 50", l.sold, l.remaining)
+	if l.Sold != 50 || l.Remaining != 50 {
+		t.Errorf("sold %d remaining %d after expiry, want 50 and 50", l.Sold, l.Remaining)
 	}
-	t.Logf("the latest of 40 expiries came %d ms after its pay_by", l.maxLag)
+	t.Logf("the latest of 40 expiries came %d ms after its pay_by", l.MaxLag)
 	if r := g.pay(sale, ids[99]); r.code != 409 || r.status() != "order_expired" {
 		t.Errorf("pay of an expired order: %d %s", r.code, r.raw)
 	}
@@ -295,16 +146,16 @@ func testPaymentLifecycle(t *testing.T, mode gwOption) {
 	}
 	// The other 40 units go to exactly 40 of a crowd of expired and new buyers.
 	o := newOutcomes()
-	burst(100, 50, func(i int) {
+	saletest.Burst(100, 50, func(i int) {
 		user := fmt.Sprintf("u%d", 60+i) // u60..u99 expired, the rest new
 		o.add(t, g.buy(sale, user, 1, ""), user)
 	})
 	if n, units := o.accepted(); n != 40 || units != 40 || len(o.fivexx) > 0 {
 		t.Errorf("crowd after expiry: %d orders, %d units, %v", n, units, o.byStatus)
 	}
-	l = checkPayments(t, g.rdb, g.keys, sale)
-	if l.sold != 100 || l.remaining != 0 || l.byState[order.StatePendingPayment] != 50 {
-		t.Errorf("sold %d remaining %d pending %d at the end", l.sold, l.remaining, l.byState[order.StatePendingPayment])
+	l = saletest.CheckPayments(t, g.rdb, g.keys, sale)
+	if l.Sold != 100 || l.Remaining != 0 || l.ByState[order.StatePendingPayment] != 50 {
+		t.Errorf("sold %d remaining %d pending %d at the end", l.Sold, l.Remaining, l.ByState[order.StatePendingPayment])
 	}
 }
 
@@ -328,7 +179,7 @@ func testPayRacesExpiry(t *testing.T, mode gwOption) {
 		mu     sync.Mutex
 		orders []placed
 	)
-	burst(n, 100, func(i int) {
+	saletest.Burst(n, 100, func(i int) {
 		r := g.buy(sale, fmt.Sprintf("r%d", i), 1, "")
 		switch r.code {
 		case 202:
@@ -370,10 +221,10 @@ func testPayRacesExpiry(t *testing.T, mode gwOption) {
 	}
 	wg.Wait()
 	waitPending(t, g, sale)
-	l := checkPayments(t, g.rdb, g.keys, sale)
+	l := saletest.CheckPayments(t, g.rdb, g.keys, sale)
 	var paid, expired int
 	for i, a := range answers {
-		r := l.records[orders[i].id]
+		r := l.Records[orders[i].id]
 		switch {
 		case a.code == 200 && a.str("state") == order.StatePaid && r.State == order.StatePaid:
 			paid++
@@ -388,10 +239,10 @@ func testPayRacesExpiry(t *testing.T, mode gwOption) {
 		}
 	}
 	// Orders Redis took for a buy answered 503 expired with the rest.
-	if paid+expired != len(orders) || l.byState[order.StatePaid] != paid ||
-		l.sold != int64(paid) || l.remaining != int64(n-paid) {
+	if paid+expired != len(orders) || l.ByState[order.StatePaid] != paid ||
+		l.Sold != int64(paid) || l.Remaining != int64(n-paid) {
 		t.Errorf("%d paid, %d expired of %d; sold %d, remaining %d, states %v",
-			paid, expired, len(orders), l.sold, l.remaining, l.byState)
+			paid, expired, len(orders), l.Sold, l.Remaining, l.ByState)
 	}
 	t.Logf("%d orders: %d paid, %d expired", len(orders), paid, expired)
 }
@@ -484,7 +335,7 @@ func TestPayCancelAnswers(t *testing.T) {
 		t.Errorf("cancel: %d %s", r.code, r.raw)
 	}
 	for _, sale := range []string{"pc", "now", "short"} {
-		checkPayments(t, g.rdb, g.keys, sale)
+		saletest.CheckPayments(t, g.rdb, g.keys, sale)
 	}
 
 	var actions []string
@@ -567,9 +418,9 @@ func testNoPaymentWindow(t *testing.T, mode gwOption) {
 	if o := g.orderView("zero", r.str("order_id")); payBy(t, o) != payBy(t, r) {
 		t.Errorf("order taken with the window: %s, its 202 %s", o.raw, r.raw)
 	}
-	l := checkPayments(t, g.rdb, g.keys, "zero")
-	if l.byState[order.StateConfirmed] != 11 || l.byState[order.StatePendingPayment] != 1 {
-		t.Errorf("states %v", l.byState)
+	l := saletest.CheckPayments(t, g.rdb, g.keys, "zero")
+	if l.ByState[order.StateConfirmed] != 11 || l.ByState[order.StatePendingPayment] != 1 {
+		t.Errorf("states %v", l.ByState)
 	}
 }
 
@@ -594,211 +445,6 @@ func TestPaymentIdempotencyReplay(t *testing.T) {
 	}
 }
 
-// newTestStore is a Store on the Redis of `make up` (or the cluster of
-// FLASHGATE_REDIS_ADDRS) under a prefix of its own, with no gateway and so
-// no sweeper: the test decides when a sweep runs. Its keys are deleted when
-// the test ends.
-func newTestStore(t *testing.T, prefix string) (*Store, redis.UniversalClient) {
-	t.Helper()
-	rdb := localstack.NewRedis(&redis.UniversalOptions{Addrs: strings.Split(redisAddr(), ","), PoolSize: 16})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	loader := scripts.New(rdb, "", scripts.Keys{Prefix: prefix})
-	if _, err := loader.Load(ctx); err != nil {
-		rdb.Close()
-		t.Fatalf("load scripts (run `make up`): %v", err)
-	}
-	t.Cleanup(func() {
-		localstack.DropKeys(t, rdb, prefix)
-		rdb.Close()
-	})
-	return NewStore(rdb, loader, scripts.Keys{Prefix: prefix}), rdb
-}
-
-// redisNow is Redis's clock in Unix ms.
-func redisNow(t *testing.T, rdb redis.UniversalClient) int64 {
-	t.Helper()
-	tm, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tm.UnixMilli()
-}
-
-// waitRedisPast waits until Redis's clock is at or past ms.
-func waitRedisPast(t *testing.T, rdb redis.UniversalClient, ms int64) {
-	t.Helper()
-	for now := redisNow(t, rdb); now < ms; now = redisNow(t, rdb) {
-		time.Sleep(time.Duration(ms-now+1) * time.Millisecond)
-	}
-}
-
-func reserveN(t *testing.T, st *Store, sale string, n int, user func(i int) string) []Result {
-	t.Helper()
-	out := make([]Result, n)
-	for lo := 0; lo < n; lo += 50 {
-		hi := min(n, lo+50)
-		rs := make([]Reservation, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			rs = append(rs, Reservation{OrderID: fmt.Sprintf("o%d", i), UserID: user(i), Quantity: 1})
-		}
-		if err := st.Reserve(context.Background(), sale, rs, out[lo:hi]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, r := range out {
-		if r.Err != nil {
-			t.Fatalf("reservation %d: %v", i, r.Err)
-		}
-	}
-	return out
-}
-
-// Invariant 8, the decision in one place: a pay or a cancel at or after
-// pay_by expires the order right there, before any sweep ran, and says
-// order_expired; the units come back once, however often it is asked
-// again; the order view reads a due order as expired. A retried
-// reservation answers its pay_by again.
-func TestPayAtDeadlineWithoutSweep(t *testing.T) {
-	prefix := "t" + localstack.RandomHex(6)
-	st, rdb := newTestStore(t, prefix)
-	ctx := context.Background()
-	w := int64(1)
-	if _, _, err := st.Upsert(ctx, "d", SaleUpdate{Stock: ptr(10), PaymentWindow: &w}); err != nil {
-		t.Fatal(err)
-	}
-	res := reserveN(t, st, "d", 3, func(i int) string { return fmt.Sprintf("b%d", i) })
-	// A retried call (its reply lost) answers the same order and pay_by.
-	again := make([]Result, 1)
-	if err := st.Reserve(ctx, "d", []Reservation{{OrderID: "o0", UserID: "b0", Quantity: 1}}, again); err != nil ||
-		again[0].Err != nil || again[0].PayBy != res[0].PayBy || again[0].OrderID != "o0" {
-		t.Errorf("retried reservation: %+v %v, first %+v", again[0], err, res[0])
-	}
-	if rec, err := st.Order(ctx, "d", "o0"); err != nil || rec.State != order.StatePendingPayment || rec.PayBy != res[0].PayBy {
-		t.Errorf("order before pay_by: %+v %v", rec, err)
-	}
-	waitRedisPast(t, rdb, res[2].PayBy)
-	if rec, err := st.Order(ctx, "d", "o0"); err != nil || rec.State != order.StateExpired {
-		t.Errorf("order view at pay_by: %+v %v, want expired", rec, err)
-	}
-	if v, err := st.Sale(ctx, "d"); err != nil || v.Sold != 3 || v.Pending != 3 {
-		t.Fatalf("a read changed the sale: %+v %v", v, err)
-	}
-	rec, changed, err := st.Pay(ctx, "d", "o0")
-	if !errors.Is(err, ErrOrderExpired) || !changed || rec.State != order.StateExpired {
-		t.Errorf("pay at pay_by: %+v %v %v", rec, changed, err)
-	}
-	rec, changed, err = st.Cancel(ctx, "d", "o1")
-	if !errors.Is(err, ErrOrderExpired) || !changed || rec.State != order.StateExpired {
-		t.Errorf("cancel at pay_by: %+v %v %v", rec, changed, err)
-	}
-	for _, id := range []string{"o0", "o1"} {
-		if _, changed, err := st.Pay(ctx, "d", id); !errors.Is(err, ErrOrderExpired) || changed {
-			t.Errorf("pay of expired %s: %v %v", id, changed, err)
-		}
-		if _, changed, err := st.Cancel(ctx, "d", id); !errors.Is(err, ErrOrderExpired) || changed {
-			t.Errorf("cancel of expired %s: %v %v", id, changed, err)
-		}
-	}
-	if v, err := st.Sale(ctx, "d"); err != nil || v.Sold != 1 || v.Pending != 1 || v.Expired != 2 || v.Buyers != 1 {
-		t.Fatalf("after two expiries by call: %+v %v", v, err)
-	}
-	sw, err := st.Sweep(ctx, "d", 10)
-	if err != nil || len(sw.Expired) != 1 || sw.Expired[0].OrderID != "o2" || sw.Next != 0 {
-		t.Errorf("sweep: %+v %v", sw, err)
-	}
-	if sw, err := st.Sweep(ctx, "d", 10); err != nil || len(sw.Expired) != 0 {
-		t.Errorf("sweep again: %+v %v", sw, err)
-	}
-	l := checkPayments(t, rdb, st.keys, "d")
-	if l.sold != 0 || l.byState[order.StateExpired] != 3 {
-		t.Errorf("sold %d, states %v", l.sold, l.byState)
-	}
-}
-
-func ptr(n int64) *int64 { return &n }
-
-// Invariant 8 with many sweepers: the sweep run at once by several
-// "gateways" (Stores on clients of their own) on the same due orders
-// expires each order exactly once and returns each order's units exactly
-// once; orders not yet due are left alone.
-func TestConcurrentSweeps(t *testing.T) {
-	prefix := "t" + localstack.RandomHex(6)
-	st, rdb := newTestStore(t, prefix)
-	ctx := context.Background()
-	w := int64(1)
-	if _, _, err := st.Upsert(ctx, "cs", SaleUpdate{Stock: ptr(1000), Limit: ptr(10), PaymentWindow: &w}); err != nil {
-		t.Fatal(err)
-	}
-	const n = 600
-	res := reserveN(t, st, "cs", n, func(i int) string { return fmt.Sprintf("c%d", i%100) })
-	// Orders of a longer window, accepted now, are not due for a minute.
-	w = 60
-	if _, _, err := st.Upsert(ctx, "cs", SaleUpdate{PaymentWindow: &w}); err != nil {
-		t.Fatal(err)
-	}
-	later := make([]Result, 5)
-	var rs []Reservation
-	for i := range later {
-		rs = append(rs, Reservation{OrderID: fmt.Sprintf("later%d", i), UserID: "l", Quantity: 1})
-	}
-	if err := st.Reserve(ctx, "cs", rs, later); err != nil {
-		t.Fatal(err)
-	}
-	var last int64
-	for _, r := range res {
-		last = max(last, r.PayBy)
-	}
-	waitRedisPast(t, rdb, last)
-
-	const gateways = 6
-	stores := []*Store{st}
-	for i := 1; i < gateways; i++ {
-		s, _ := newTestStore(t, prefix)
-		stores = append(stores, s)
-	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	var wg sync.WaitGroup
-	for i, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				sw, err := s.Sweep(ctx, "cs", 7+i*5)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				for _, e := range sw.Expired {
-					seen[e.OrderID]++
-				}
-				mu.Unlock()
-				if len(sw.Expired) == 0 && (sw.Next == 0 || sw.Next > sw.Now) {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(seen) != n {
-		t.Errorf("%d orders expired, want %d", len(seen), n)
-	}
-	for id, k := range seen {
-		if k != 1 || !strings.HasPrefix(id, "o") {
-			t.Errorf("order %s expired %d times", id, k)
-		}
-	}
-	l := checkPayments(t, rdb, st.keys, "cs")
-	if l.sold != 5 || l.byState[order.StateExpired] != n || l.byState[order.StatePendingPayment] != 5 {
-		t.Errorf("sold %d, states %v", l.sold, l.byState)
-	}
-	if held := rdb.HGetAll(ctx, st.keys.Users("cs")).Val(); len(held) != 1 || held["l"] != "5" {
-		t.Errorf("users hash %v, want only l with 5", held)
-	}
-}
-
 // The gateway's sweeper expires due orders by itself, reports the lag of
 // each expiry behind its pay_by, and the per-sale payment series.
 func TestSweeperMetrics(t *testing.T) {
@@ -820,7 +466,7 @@ func TestSweeperMetrics(t *testing.T) {
 	var out string
 	waitFor(t, "the sweeper to expire and count 3 orders", func() bool {
 		var b bytes.Buffer
-		g.srv.writePaymentMetrics(&b)
+		g.sweeper.WriteMetrics(&b)
 		out = b.String()
 		for _, w := range wants {
 			if !strings.Contains(out, w) {
@@ -829,60 +475,7 @@ func TestSweeperMetrics(t *testing.T) {
 		}
 		return true
 	})
-	checkPayments(t, g.rdb, g.keys, "sm")
-}
-
-// Invariant 7 for the order script's replies: any shape but the one it
-// answers is an error, never an order or an expiry made up.
-func TestDecodeOrderReplies(t *testing.T) {
-	rec := "q:P:2000:1000:1:u"
-	if code, r, now, ch, err := decodeOrder([]any{int64(0), rec, int64(1500), int64(1)}); err != nil ||
-		code != scripts.CodeOK || r.PayBy != 2000 || now != 1500 || !ch {
-		t.Errorf("decodeOrder(good) = %v %+v %d %v %v", code, r, now, ch, err)
-	}
-	if code, _, _, _, err := decodeOrder([]any{int64(scripts.CodeOrderNotFound), "", int64(1), int64(0)}); err != nil ||
-		code != scripts.CodeOrderNotFound {
-		t.Errorf("decodeOrder(not found) = %v %v", code, err)
-	}
-	for name, v := range map[string]any{
-		"short":               []any{int64(0), rec, int64(1)},
-		"code as a string":    []any{"0", rec, int64(1), int64(0)},
-		"record as a number":  []any{int64(0), int64(5), int64(1), int64(0)},
-		"bad record":          []any{int64(0), "q:1", int64(1), int64(0)},
-		"accepted, no record": []any{int64(0), "", int64(1), int64(0)},
-		"not an array":        "OK",
-	} {
-		if _, _, _, _, err := decodeOrder(v); err == nil {
-			t.Errorf("decodeOrder(%s) took it", name)
-		}
-	}
-	if s, err := decodeSweep([]any{int64(5), int64(0), "o1", int64(3)}); err != nil || len(s.Expired) != 1 || s.Expired[0].PayBy != 3 {
-		t.Errorf("decodeSweep(good) = %+v %v", s, err)
-	}
-	for name, v := range map[string]any{
-		"odd":             []any{int64(5), int64(0), "o1"},
-		"short":           []any{int64(5)},
-		"id as a number":  []any{int64(5), int64(0), int64(1), int64(3)},
-		"now as a string": []any{"5", int64(0)},
-	} {
-		if _, err := decodeSweep(v); err == nil {
-			t.Errorf("decodeSweep(%s) took it", name)
-		}
-	}
-	good := []any{int64(0), "o1", int64(0), int64(6), "", int64(0), int64(0), "o2", int64(99)}
-	out := make([]Result, 3)
-	if err := decodeReserve(good, out); err != nil || out[0].PayBy != 0 || !errors.Is(out[1].Err, ErrSoldOut) || out[2].PayBy != 99 {
-		t.Errorf("decodeReserve(good) = %+v %v", out, err)
-	}
-	for name, v := range map[string]any{
-		"pay_by as a string": []any{int64(0), "o1", "5"},
-		"negative pay_by":    []any{int64(0), "o1", int64(-1)},
-		"two values":         []any{int64(0), "o1"},
-	} {
-		if err := decodeReserve(v, make([]Result, 1)); err == nil {
-			t.Errorf("decodeReserve(%s) took it", name)
-		}
-	}
+	saletest.CheckPayments(t, g.rdb, g.keys, "sm")
 }
 
 // The PUT body's payment_window and buckets, by API.md's bounds; buckets
@@ -960,7 +553,7 @@ func TestTwoGatewaysSweep(t *testing.T) {
 	b := startGateway(t, func(c *config.Config) { c.Redis.KeyPrefix = a.cfg.Redis.KeyPrefix })
 	a.mustSale("both", `{"stock":300,"per_user_limit":1,"payment_window":1}`)
 	o := newOutcomes()
-	burst(300, 60, func(i int) {
+	saletest.Burst(300, 60, func(i int) {
 		g := a
 		if i%2 == 1 {
 			g = b
@@ -972,14 +565,14 @@ func TestTwoGatewaysSweep(t *testing.T) {
 		t.Fatalf("accepted %d of 300: %v", n, o.byStatus)
 	}
 	waitPending(t, b, "both")
-	l := checkPayments(t, a.rdb, a.keys, "both")
-	if l.byState[order.StateExpired] != 300 || l.sold != 0 || l.remaining != 300 {
-		t.Errorf("states %v, sold %d, remaining %d", l.byState, l.sold, l.remaining)
+	l := saletest.CheckPayments(t, a.rdb, a.keys, "both")
+	if l.ByState[order.StateExpired] != 300 || l.Sold != 0 || l.Remaining != 300 {
+		t.Errorf("states %v, sold %d, remaining %d", l.ByState, l.Sold, l.Remaining)
 	}
-	var byA, byB uint64
+	var byA, byB float64
 	waitFor(t, "both sweepers to count their expiries", func() bool {
-		byA, byB = a.srv.sweeper.expired.Load(), b.srv.sweeper.expired.Load()
+		byA, byB = a.scrape()["flashgate_sweep_expired_total"], b.scrape()["flashgate_sweep_expired_total"]
 		return byA+byB == 300
 	})
-	t.Logf("gateway a expired %d orders, gateway b %d", byA, byB)
+	t.Logf("gateway a expired %.0f orders, gateway b %.0f", byA, byB)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"github.com/flashgate/flashgate/sale"
 	"strconv"
 	"time"
 
@@ -115,7 +116,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 		}
 		idem = string(k)
 	}
-	if d := s.durable; d != nil && !d.ok() {
+	if !s.sales.Durable() {
 		return write(ctx, replyUnavailable) // zero-loss mode, Redis not fsyncing each write: promise nothing
 	}
 	if idem == "" {
@@ -127,23 +128,23 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 	if !s.limits.allow(saleB, now) {
 		return writeRateLimited(ctx)
 	}
-	sale, user := string(saleB), string(req.user)
+	saleID, user := string(saleB), string(req.user)
 	epoch := s.closed.epoch.Load()
-	res, err := s.batch.reserve(sale, s.store.lane(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: req.quantity, IdemKey: idem})
+	res, err := s.sales.Buy(saleID, user, req.quantity, idem)
 	if err != nil {
-		if errors.Is(err, ErrRateLimited) {
+		if errors.Is(err, sale.ErrRateLimited) {
 			return writeRateLimited(ctx)
 		}
 		return s.unavailable(ctx, "reserve", err)
 	}
 	if res.Err != nil {
-		if errors.Is(res.Err, ErrUnavailable) {
+		if errors.Is(res.Err, sale.ErrUnavailable) {
 			return s.unavailable(ctx, "reserve", res.Err) // logged, like a failed call
 		}
-		s.closed.remember(sale, res.Err, epoch, now)
+		s.closed.remember(saleID, res.Err, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}
-	writeAccepted(ctx, res.OrderID, sale, user, req.quantity, res.PayBy) // orderview.go
+	writeAccepted(ctx, res.OrderID, saleID, user, req.quantity, res.PayBy) // orderview.go
 	return "accepted"
 }
 
@@ -161,10 +162,10 @@ func (s *Server) unavailable(ctx *fasthttp.RequestCtx, op string, err error) str
 // serveSaleView answers the public sale view; the router checked saleB.
 func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
 	rctx, cancel := s.redisCtx()
-	v, err := s.store.Sale(rctx, string(saleB))
+	v, err := s.sales.Sale(rctx, string(saleB))
 	cancel()
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, sale.ErrNotFound) {
 			write(ctx, replyNotFound)
 			return
 		}
@@ -184,7 +185,7 @@ func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
 	write(ctx, reply{code: 200, body: b})
 }
 
-func appendTimes(b []byte, v *SaleView) []byte {
+func appendTimes(b []byte, v *sale.View) []byte {
 	b = append(b, `,"starts_at":`...)
 	b = appendTime(b, v.StartsAt)
 	b = append(b, `,"ends_at":`...)
@@ -205,13 +206,13 @@ func appendTime(b []byte, ms int64) []byte {
 // found: the same answer as an order that does not exist.
 func (s *Server) serveOrder(ctx *fasthttp.RequestCtx, saleB, orderB []byte, buyer string) {
 	rctx, cancel := s.redisCtx()
-	o, err := s.store.Order(rctx, string(saleB), string(orderB))
+	o, err := s.sales.Order(rctx, string(saleB), string(orderB))
 	cancel()
 	if err == nil && buyer != "" && o.UserID != buyer {
-		err = ErrNotFound
+		err = sale.ErrNotFound
 	}
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, sale.ErrNotFound) {
 			write(ctx, replyNotFound)
 			return
 		}
@@ -229,14 +230,12 @@ func (s *Server) serveReady(ctx *fasthttp.RequestCtx) {
 		write(ctx, replyDraining)
 		return
 	}
-	if d := s.durable; d != nil {
-		if r, not := d.notReady(); not {
-			write(ctx, r)
-			return
-		}
+	if reason, not := s.sales.NotDurable(); not {
+		write(ctx, unavailableBecause(reason))
+		return
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	err := s.store.Ping(rctx)
+	err := s.sales.Ping(rctx)
 	cancel()
 	if err != nil {
 		s.unavailable(ctx, "ready", err)

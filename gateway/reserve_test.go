@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,7 +80,7 @@ func testOversell(t *testing.T, mode gwOption) {
 	const stock, users, buys, limit = 300, 1000, 2500, 2
 	g.mustSale("hot", fmt.Sprintf(`{"stock":%d,"per_user_limit":%d}`, stock, limit))
 	o := newOutcomes()
-	burst(buys, 400, func(i int) {
+	saletest.Burst(buys, 400, func(i int) {
 		user := fmt.Sprintf("u%d", i%users)
 		o.add(t, g.buy("hot", user, 1+i%2, ""), user)
 	})
@@ -127,7 +129,7 @@ func testPerUserLimit(t *testing.T, mode gwOption) {
 	}
 	// The same user from many connections at once: limit 5, quantity 2.
 	o := newOutcomes()
-	burst(60, 60, func(int) { o.add(t, g.buy("lim", "bob", 2, ""), "bob") })
+	saletest.Burst(60, 60, func(int) { o.add(t, g.buy("lim", "bob", 2, ""), "bob") })
 	if n, units := o.accepted(); n != 2 || units != 4 {
 		t.Errorf("bob: %d orders, %d units accepted; want 2 orders, 4 units (%v)", n, units, o.byStatus)
 	}
@@ -146,7 +148,7 @@ func testIdempotencyKey(t *testing.T, mode gwOption) {
 	g.mustSale("idem", `{"stock":10,"per_user_limit":3}`)
 	var bodies [][]byte
 	var mu sync.Mutex
-	burst(50, 50, func(int) {
+	saletest.Burst(50, 50, func(int) {
 		r := g.buy("idem", "carol", 2, "click-1")
 		mu.Lock()
 		bodies = append(bodies, r.raw)
@@ -203,10 +205,10 @@ func testIdempotencyKey(t *testing.T, mode gwOption) {
 func TestReservationIDReplay(t *testing.T) {
 	g := startGateway(t)
 	g.mustSale("rid", `{"stock":5,"per_user_limit":5}`)
-	rs := []Reservation{{OrderID: "fixed-order-1", UserID: "frank", Quantity: 2}}
+	rs := []sale.Reservation{{OrderID: "fixed-order-1", UserID: "frank", Quantity: 2}}
 	for i := 0; i < 3; i++ {
-		out := make([]Result, 1)
-		if err := g.srv.store.Reserve(context.Background(), "rid", rs, out); err != nil {
+		out := make([]sale.Result, 1)
+		if err := g.sales.Reserve(context.Background(), "rid", rs, out); err != nil {
 			t.Fatal(err)
 		}
 		if out[0].Err != nil || out[0].OrderID != "fixed-order-1" {
@@ -217,9 +219,9 @@ func TestReservationIDReplay(t *testing.T) {
 		t.Errorf("after three runs of one reservation: %s", v.raw)
 	}
 	// The same id with another user is a collision, never an accept.
-	out := make([]Result, 1)
+	out := make([]sale.Result, 1)
 	rs[0].UserID = "grace"
-	if err := g.srv.store.Reserve(context.Background(), "rid", rs, out); err != nil {
+	if err := g.sales.Reserve(context.Background(), "rid", rs, out); err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Err == nil {
@@ -235,21 +237,21 @@ func TestReservationIDReplay(t *testing.T) {
 func TestReservationBatchReplay(t *testing.T) {
 	g := startGateway(t)
 	g.mustSale("rbr", `{"stock":5,"per_user_limit":2,"payment_window":600}`)
-	rs := []Reservation{
+	rs := []sale.Reservation{
 		{OrderID: "batch-1", UserID: "ann", Quantity: 3}, // over the limit: refused
 		{OrderID: "batch-2", UserID: "bob", Quantity: 2},
 		{OrderID: "batch-3", UserID: "cid", Quantity: 1},
 		{OrderID: "batch-4", UserID: "dee", Quantity: 2},
 	}
-	var first []Result
+	var first []sale.Result
 	for run := range 3 {
-		out := make([]Result, len(rs))
-		if err := g.srv.store.Reserve(context.Background(), "rbr", rs, out); err != nil {
+		out := make([]sale.Result, len(rs))
+		if err := g.sales.Reserve(context.Background(), "rbr", rs, out); err != nil {
 			t.Fatal(err)
 		}
 		if run == 0 {
 			first = out
-			if !errors.Is(out[0].Err, ErrLimitReached) || out[1].Err != nil || out[2].Err != nil || out[3].Err != nil {
+			if !errors.Is(out[0].Err, sale.ErrLimitReached) || out[1].Err != nil || out[2].Err != nil || out[3].Err != nil {
 				t.Fatalf("first run: %+v", out)
 			}
 			continue
@@ -264,9 +266,9 @@ func TestReservationBatchReplay(t *testing.T) {
 		t.Errorf("after three runs of one batch: %s", v.raw)
 	}
 	g.mustSale("rbd", `{"stock":5,"per_user_limit":5}`)
-	dup := []Reservation{{OrderID: "twice", UserID: "eve", Quantity: 1}, {OrderID: "twice", UserID: "eve", Quantity: 1}}
-	out := make([]Result, 2)
-	if err := g.srv.store.Reserve(context.Background(), "rbd", dup, out); err != nil {
+	dup := []sale.Reservation{{OrderID: "twice", UserID: "eve", Quantity: 1}, {OrderID: "twice", UserID: "eve", Quantity: 1}}
+	out := make([]sale.Result, 2)
+	if err := g.sales.Reserve(context.Background(), "rbd", dup, out); err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Err != nil || out[1].Err == nil {
@@ -346,7 +348,7 @@ func testRestockMidSale(t *testing.T, mode gwOption) {
 	var accepted atomic.Int64
 	var restocked atomic.Bool
 	o := newOutcomes()
-	burst(1200, 64, func(i int) {
+	saletest.Burst(1200, 64, func(i int) {
 		if accepted.Load() >= 50 && restocked.CompareAndSwap(false, true) {
 			if r := g.adminPost("rs", "restock", `{"quantity":75}`); r.code != 200 || r.num("stock") != 175 {
 				t.Errorf("restock: %d %s", r.code, r.raw)

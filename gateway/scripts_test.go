@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -30,7 +31,7 @@ func runBurstWith(t *testing.T, g *testGateway, sale string, times int, op func(
 		}
 	}()
 	o := newOutcomes()
-	burst(1500, 64, func(i int) {
+	saletest.Burst(1500, 64, func(i int) {
 		user := fmt.Sprintf("p%d", i)
 		o.add(t, g.buy(sale, user, 1, ""), user)
 	})

@@ -1,8 +1,8 @@
 // Package gateway is flashgate's HTTP edge: the public listener where buyers
 // reserve units and poll orders, the admin listener where operators manage
-// sales and scripts, and what stands between them and Redis (validation,
-// the closed-sale memory, admission, the per-sale batcher and the Store,
-// which turns script replies into outcomes).
+// sales and scripts, and what it answers from memory before it asks the
+// sale (package sale): parsing, buyer authentication, the closed-sale
+// memory, admission. It makes no Redis call of its own.
 package gateway
 
 import (
@@ -16,31 +16,30 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// Deps are the clients a Server uses; the caller owns and closes them.
+// Deps are the parts a Server uses; the caller owns them, runs what runs
+// (Sales.Run), and closes them.
 type Deps struct {
-	Log    *zap.Logger
-	Redis  redis.UniversalClient
+	Log *zap.Logger
+	// Sales is the sales' state in Redis: every buy, view and admin
+	// change goes through it. Its Options.Timeout should be redis.timeout.
+	Sales *sale.Store
+	// Loader is the scripts in use (GET /admin/v1/scripts).
 	Loader *scripts.Loader
 	// Reload, when set, is called by POST /admin/v1/scripts/reload and
 	// SIGHUP instead of Loader.Load (the process wires its audit around it).
 	Reload func(ctx context.Context, who string) ([]scripts.Script, error)
 	// Metrics, when set, writes the series of the process's other parts
-	// (relay, Go runtime, process) after the gateway's own on GET /metrics.
+	// (sales, relay, expiry, Go runtime, process) after the gateway's own
+	// on GET /metrics.
 	Metrics func(w io.Writer)
-	// Wrote, when set, is called after a script call of this gateway wrote
-	// to the outbox of id (a sale, or a bucket of one): an accepted
-	// reservation, a pay, a cancel, an expiry. The process's relay takes it
-	// (relay.Relay.Wrote), so that it reads the outboxes written to rather
-	// than every sale's. It must not block.
-	Wrote func(id string)
 }
 
 // Server serves the public and admin listeners. Create it with New, run it
@@ -48,20 +47,14 @@ type Deps struct {
 type Server struct {
 	cfg      *config.Config
 	log      *zap.Logger
-	store    *Store
-	batch    *batcher
+	sales    *sale.Store
 	closed   *closedSales
 	limits   *rateLimits
-	rdb      redis.UniversalClient
 	loader   *scripts.Loader
 	reload   func(ctx context.Context, who string) ([]scripts.Script, error)
 	metrics  *gatewayMetrics
 	extra    func(w io.Writer)
-	ids      *orderIDs
 	auth     *buyerAuth // nil: buyer authentication is off
-	sweeper  *sweeper
-	sales    *saleSampler // the scrape's copy of the sales (salemetrics.go)
-	durable  *durability  // nil: zero-loss mode is off (durability.go)
 	token    []byte
 	maxBody  int
 	timeout  time.Duration
@@ -76,15 +69,12 @@ type Server struct {
 // New validates its inputs and binds both listeners (so that Addr and
 // AdminAddr are known at once, also for ":0"); it serves nothing until Run.
 func New(cfg *config.Config, deps Deps) (*Server, error) {
-	if deps.Log == nil || deps.Redis == nil || deps.Loader == nil {
-		return nil, errors.New("gateway: Log, Redis and Loader are required")
-	}
-	ids, err := newOrderIDs()
-	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+	if deps.Log == nil || deps.Sales == nil || deps.Loader == nil {
+		return nil, errors.New("gateway: Log, Sales and Loader are required")
 	}
 	var auth *buyerAuth
 	if cfg.Buyer.On() {
+		var err error
 		if auth, err = newBuyerAuth(cfg.Buyer); err != nil {
 			return nil, fmt.Errorf("gateway: buyer authentication: %w", err)
 		}
@@ -92,34 +82,18 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     deps.Log,
-		store:   NewStore(deps.Redis, deps.Loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}),
+		sales:   deps.Sales,
 		loader:  deps.Loader,
-		rdb:     deps.Redis,
 		closed:  newClosedSales(cfg.Cache.ClosedTTL),
 		limits:  newRateLimits(cfg.Admission.Rate, cfg.Admission.Burst),
 		reload:  deps.Reload,
 		extra:   deps.Metrics,
-		ids:     ids,
 		auth:    auth,
 		token:   []byte(cfg.Admin.Token),
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
-	s.sales = newSaleSampler(deps.Redis, s.store.keys, cfg.Redis.Timeout)
-	s.store.changed = func(id string, outbox bool) {
-		s.sales.touch(id)
-		if outbox && deps.Wrote != nil {
-			deps.Wrote(id)
-		}
-	}
-	s.sweeper = newSweeper(s.store, deps.Redis, deps.Log, cfg.Redis.Timeout)
 	s.metrics = newGatewayMetrics(s)
-	s.metrics.set.RegisterMetricsWriter(s.writePaymentMetrics)
-	if cfg.Redis.ZeroLoss {
-		s.durable = newDurability(deps.Redis, deps.Log, cfg.Redis.Timeout, s.metrics.set)
-	}
-	s.batch = newBatcher(s.store, cfg.Batch.MaxSize, cfg.Batch.Calls, cfg.Admission.MaxInFlight, cfg.Redis.Timeout)
-	s.batch.sizes = s.metrics.batchSize
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
 	}
@@ -208,33 +182,17 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // all within the shutdown timeout. It returns nil after a clean drain, or the
 // first error of a listener.
 func (s *Server) Run(ctx context.Context) error {
+	// The announcements feed the closed-sale memory while the gateway
+	// runs, draining included.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		s.closed.watch(watchCtx, s.rdb, s.store.keys.Events(), s.log)
+		s.sales.Listen(watchCtx, s.closed)
 	}()
-	// The payment sweeper runs while the gateway does, draining included.
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
-		s.sweeper.run(watchCtx)
-	}()
-	// Zero-loss mode's check of every primary, at once and every second.
-	durableDone := make(chan struct{})
-	if s.durable != nil {
-		go func() {
-			defer close(durableDone)
-			s.durable.run(watchCtx)
-		}()
-	} else {
-		close(durableDone)
-	}
 	defer func() {
 		stopWatch()
 		<-watchDone
-		<-sweepDone
-		<-durableDone
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -23,7 +23,7 @@ import (
 // bucketed is a sale of three buckets on an env, sold by a gateway Store.
 type bucketed struct {
 	*env
-	store *gateway.Store
+	store *sale.Store
 	sale  string
 	lanes []string
 }
@@ -34,29 +34,33 @@ type bucketed struct {
 // returns the sale and the orders accepted; it fails the test on any
 // answer but accepted, sold_out and insufficient_stock, and when a bucket
 // took no order.
-func (e *env) sellBuckets(sale string, stock int64, window int64, n int) (*bucketed, int) {
+func (e *env) sellBuckets(saleID string, stock int64, window int64, n int) (*bucketed, int) {
 	e.t.Helper()
 	ctx := context.Background()
-	b := &bucketed{env: e, store: gateway.NewStore(e.rdb, e.loader, e.keys), sale: sale}
-	limit, buckets := int64(10), int64(3)
-	if _, created, err := b.store.Upsert(ctx, sale, gateway.SaleUpdate{Stock: &stock, Limit: &limit,
-		PaymentWindow: &window, Buckets: &buckets}); err != nil || !created {
-		e.t.Fatalf("create %s: created %v, %v", sale, created, err)
+	st, err := sale.New(e.rdb, e.loader, e.keys, sale.Options{})
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	names, err := e.rdb.HGet(ctx, e.keys.Meta(sale), "names").Result()
+	b := &bucketed{env: e, store: st, sale: saleID}
+	limit, buckets := int64(10), int64(3)
+	if _, created, err := b.store.Upsert(ctx, saleID, sale.Update{Stock: &stock, Limit: &limit,
+		PaymentWindow: &window, Buckets: &buckets}); err != nil || !created {
+		e.t.Fatalf("create %s: created %v, %v", saleID, created, err)
+	}
+	names, err := e.rdb.HGet(ctx, e.keys.Meta(saleID), "names").Result()
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	b.lanes = strings.Split(names, ",")
 	if len(b.lanes) != 3 {
-		e.t.Fatalf("sale %s names buckets %q", sale, names)
+		e.t.Fatalf("sale %s names buckets %q", saleID, names)
 	}
-	rs := make([]gateway.Reservation, n)
+	rs := make([]sale.Reservation, n)
 	for i := range rs {
-		rs[i] = gateway.Reservation{OrderID: sale + "-o" + strconv.Itoa(i), UserID: "u" + strconv.Itoa(i), Quantity: 1 + i%2}
+		rs[i] = sale.Reservation{OrderID: saleID + "-o" + strconv.Itoa(i), UserID: "u" + strconv.Itoa(i), Quantity: 1 + i%2}
 	}
-	out := make([]gateway.Result, n)
-	if err := b.store.Reserve(ctx, sale, rs, out); err != nil {
+	out := make([]sale.Result, n)
+	if err := b.store.Reserve(ctx, saleID, rs, out); err != nil {
 		e.t.Fatal(err)
 	}
 	ok := 0
@@ -67,7 +71,7 @@ func (e *env) sellBuckets(sale string, stock int64, window int64, n int) (*bucke
 			if !strings.HasPrefix(res.OrderID, rs[i].OrderID+".") {
 				e.t.Fatalf("order %d accepted as %q, want %s.BUCKET", i, res.OrderID, rs[i].OrderID)
 			}
-		case errors.Is(res.Err, gateway.ErrSoldOut), errors.Is(res.Err, gateway.ErrInsufficientStock):
+		case errors.Is(res.Err, sale.ErrSoldOut), errors.Is(res.Err, sale.ErrInsufficientStock):
 		default:
 			e.t.Fatalf("reservation %d: %v", i, res.Err)
 		}

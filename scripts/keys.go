@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (k Keys) Idem(sale, key string) string { return k.Prefix + ":{" + sale + "}
 func (k Keys) Op(sale, id string) string { return k.Prefix + ":{" + sale + "}:op:" + id }
 
 // SplitBucket reads a bucket id of a sale of several buckets, "SALE#i.n"
-// (gateway/buckets.go; '#' is in no sale id): its sale and i. ok is false
+// (sale/buckets.go; '#' is in no sale id): its sale and i. ok is false
 // for any other id, which is a sale's own.
 func SplitBucket(id string) (sale string, bucket int, ok bool) {
 	sale, rest, found := strings.Cut(id, "#")
@@ -57,6 +58,16 @@ func SplitBucket(id string) (sale string, bucket int, ok bool) {
 		return id, 0, false
 	}
 	return sale, b, true
+}
+
+// BucketOf is the bucket, of a sale of k buckets, in which user buys: a
+// buyer always buys in the same one, so that its record of the buyer's
+// units is the buyer's whole (the per-user limit holds with no read across
+// slots).
+func BucketOf(user string, k int) int {
+	h := fnv.New32a()
+	h.Write([]byte(user))
+	return int(h.Sum32() % uint32(k))
 }
 
 // SaleOf is the sale whose orders the keys of id hold: the sale of a

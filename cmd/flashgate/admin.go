@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/flashgate/flashgate/sale"
 	"io"
 	"net/http"
 	"net/url"
@@ -269,14 +270,14 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 	if set["payment-window"] {
 		n, ok := paymentWindow(*window)
 		if !ok {
-			return adminUsageError(fmt.Errorf("%s: --payment-window %q: want seconds from 0 to %d, or a duration such as 15m", name, *window, maxPaymentWindow))
+			return adminUsageError(fmt.Errorf("%s: --payment-window %q: want seconds from 0 to %d, or a duration such as 15m", name, *window, sale.MaxPaymentWindow))
 		}
 		u.PaymentWindow = &n
 	}
 	if set["buckets"] {
 		n, err := strconv.ParseInt(*buckets, 10, 64)
-		if err != nil || n < 1 || n > maxBuckets {
-			return adminUsageError(fmt.Errorf("%s: --buckets %q: want a whole number from 1 to %d", name, *buckets, maxBuckets))
+		if err != nil || n < 1 || n > sale.MaxBuckets {
+			return adminUsageError(fmt.Errorf("%s: --buckets %q: want a whole number from 1 to %d", name, *buckets, sale.MaxBuckets))
 		}
 		u.Buckets = &n
 	}
@@ -369,13 +370,6 @@ func (a *adminCmd) saleRestock(ctx context.Context, args []string) error {
 	return a.print(s.Raw)
 }
 
-// maxBuckets is the most buckets a sale may have (API.md).
-const maxBuckets = 16
-
-// maxPaymentWindow is the longest payment window the API takes (API.md),
-// in seconds: a day.
-const maxPaymentWindow = 86400
-
 // paymentWindow reads --payment-window: whole seconds, or a Go duration
 // of whole seconds ("15m"), within the API's bounds.
 func paymentWindow(v string) (int64, bool) {
@@ -387,7 +381,7 @@ func paymentWindow(v string) (int64, bool) {
 		}
 		n = int64(d / time.Second)
 	}
-	return n, n >= 0 && n <= maxPaymentWindow
+	return n, n >= 0 && n <= sale.MaxPaymentWindow
 }
 
 // orderCall is `order pay` and `order cancel`: one admin call on one order.

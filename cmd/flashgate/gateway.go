@@ -12,8 +12,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/expiry"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/relay"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -29,15 +31,39 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
 	reload := gateway.AuditedReload(log.Named("scripts"), loader)
 
-	// The outbox relay runs inside the gateway, on the gateway's Redis
-	// client; it is stopped after the HTTP server (below).
+	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
+
+	// The outbox relay and the payment sweeper run inside the gateway
+	// process, on its Redis client; the relay is stopped after the HTTP
+	// server (below). Every script call that wrote to an outbox tells the
+	// relay, which reads the outboxes written to rather than every sale's.
 	rl, err := relay.New(cfg, relay.Deps{Redis: rdb, Log: log.Named("relay")})
 	if err != nil {
 		return err
 	}
-	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Redis: rdb, Loader: loader, Reload: reload,
-		Wrote: rl.Wrote,
+	sales, err := sale.New(rdb, loader, keys, sale.Options{
+		Batch:    sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
+		Timeout:  cfg.Redis.Timeout,
+		ZeroLoss: cfg.Redis.ZeroLoss,
+		Log:      log.Named("sale"),
+		Changed: func(id string, outbox bool) {
+			if outbox {
+				rl.Wrote(id)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	sweeper := expiry.New(rdb, loader, keys, expiry.Deps{Log: log.Named("expiry"), Timeout: cfg.Redis.Timeout,
+		Wrote: func(id string) {
+			rl.Wrote(id)
+			sales.Touch(id)
+		}})
+	srv, err := gateway.New(cfg, gateway.Deps{Log: log.Named("gateway"), Sales: sales, Loader: loader, Reload: reload,
 		Metrics: func(w io.Writer) {
+			sales.WriteMetrics(w)
+			sweeper.WriteMetrics(w)
 			rl.WriteMetrics(w)
 			metrics.WriteProcessMetrics(w)
 		}})
@@ -50,6 +76,11 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	defer wg.Wait()
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
+
+	// The sales' background work (settling bucket moves, zero-loss mode's
+	// check) and the sweeper run while the gateway does, draining included.
+	wg.Go(func() { sales.Run(bg) })
+	wg.Go(func() { sweeper.Run(bg) })
 
 	// Redis may not be up yet: keep trying to load the scripts; /readyz says
 	// 503 and buys say 503 until it works. Scripts that do not compile are

@@ -1,4 +1,4 @@
-package gateway
+package sale
 
 import (
 	"errors"
@@ -31,14 +31,16 @@ var (
 	ErrBucketsFixed  = errors.New("buckets cannot change")
 	ErrBadWindow     = errors.New("ends_at must be after starts_at")
 	ErrStockRequired = errors.New("stock is required to create a sale")
-	ErrStockCeiling  = errors.New("restock would take stock above " + strconv.Itoa(maxStock))
+	ErrStockCeiling  = errors.New("restock would take stock above " + strconv.Itoa(MaxStock))
 	// Outcomes of a pay or a cancel (Store.Pay, Store.Cancel).
 	ErrOrderNotFound  = errors.New("no such order")
 	ErrOrderPaid      = errors.New("order is paid")
 	ErrOrderCancelled = errors.New("order is cancelled")
 	ErrOrderExpired   = errors.New("order expired")
 	ErrOrderConfirmed = errors.New("order is confirmed: its sale asks no payment")
-	// ErrRateLimited is admission control shedding a buy before Redis.
+	// ErrRateLimited is a buy shed before Redis: the sale has as many
+	// reservations in flight on this process as the batching allows
+	// (Batching.MaxInFlight), or the edge's admission control refused it.
 	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable wraps every failure to reach Redis in time, and every
 	// reply the gateway cannot read: either way it promised nothing.
@@ -123,117 +125,4 @@ func outcome(code scripts.Code) error {
 		// understand. Neither promised anything to the buyer.
 		return fmt.Errorf("%w: script answered %s", ErrUnavailable, code)
 	}
-}
-
-// reply is a fixed response: HTTP code and the bytes of its body.
-type reply struct {
-	code   int
-	body   []byte
-	status string // for metrics; empty for replies built per request
-}
-
-func fixed(code int, status string) reply {
-	return reply{code: code, body: []byte(`{"status":"` + status + `"}`), status: status}
-}
-
-// Replies built once; the hot path writes these bytes as they are.
-var (
-	replyNotFound         = fixed(404, "not_found")
-	replyNotStarted       = fixed(403, "not_started")
-	replyEnded            = fixed(403, "ended")
-	replyLocked           = fixed(423, "locked")
-	replyLimitReached     = fixed(409, "limit_reached")
-	replySoldOut          = fixed(410, "sold_out")
-	replyInsufficient     = fixed(409, "insufficient_stock")
-	replyIdemConflict     = fixed(422, "idempotency_conflict")
-	replyStockCeiling     = conflict(ErrStockCeiling.Error())
-	replyOrderPaid        = fixed(409, "order_paid")
-	replyOrderCancelled   = fixed(409, "order_cancelled")
-	replyOrderExpired     = fixed(409, "order_expired")
-	replyOrderConfirmed   = conflict(ErrOrderConfirmed.Error())
-	replyUnavailable      = fixed(503, "unavailable")
-	replyTooLarge         = fixed(413, "too_large")
-	replyRateLimited      = fixed(429, "rate_limited")
-	replyUnauthorized     = fixed(401, "unauthorized")
-	replyMethodNotAllowed = fixed(405, "method_not_allowed")
-	replyOK               = fixed(200, "ok")
-	replyDraining         = fixed(503, "draining")
-)
-
-// replyFor maps an error to its response. Errors that are not business
-// outcomes are 503 unavailable: the gateway promised nothing.
-func replyFor(err error) reply {
-	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrOrderNotFound):
-		return replyNotFound
-	case errors.Is(err, ErrNotStarted):
-		return replyNotStarted
-	case errors.Is(err, ErrEnded):
-		return replyEnded
-	case errors.Is(err, ErrLocked):
-		return replyLocked
-	case errors.Is(err, ErrLimitReached):
-		return replyLimitReached
-	case errors.Is(err, ErrSoldOut):
-		return replySoldOut
-	case errors.Is(err, ErrInsufficientStock):
-		return replyInsufficient
-	case errors.Is(err, ErrIdempotencyConflict):
-		return replyIdemConflict
-	case errors.Is(err, ErrStockBelowSold), errors.Is(err, ErrBucketsFixed):
-		// An admin answer: the error says which numbers refused it.
-		return conflict(err.Error())
-	case errors.Is(err, ErrStockCeiling):
-		return replyStockCeiling
-	case errors.Is(err, ErrOrderPaid):
-		return replyOrderPaid
-	case errors.Is(err, ErrOrderCancelled):
-		return replyOrderCancelled
-	case errors.Is(err, ErrOrderExpired):
-		return replyOrderExpired
-	case errors.Is(err, ErrOrderConfirmed):
-		return replyOrderConfirmed
-	case errors.Is(err, ErrRateLimited):
-		return replyRateLimited
-	case errors.Is(err, ErrBadWindow), errors.Is(err, ErrStockRequired):
-		return badRequest(err.Error())
-	default:
-		return replyUnavailable
-	}
-}
-
-// badRequest is a 400 with the reason in "error". Reasons are the gateway's
-// own fixed texts, never echoed input, so they need no escaping beyond quotes.
-func badRequest(reason string) reply {
-	b := make([]byte, 0, 48+len(reason))
-	b = append(b, `{"status":"bad_request","error":`...)
-	b = appendString(b, reason)
-	b = append(b, '}')
-	return reply{code: 400, body: b, status: "bad_request"}
-}
-
-// conflict is a 409: the request is well formed, but the sale's state
-// refuses it; "error" says which state.
-func conflict(reason string) reply {
-	b := append([]byte(nil), `{"status":"conflict","error":`...)
-	b = appendString(b, reason)
-	return reply{code: 409, body: append(b, '}'), status: "conflict"}
-}
-
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }

@@ -1,7 +1,9 @@
-package gateway
+package sale
 
 import (
+	"context"
 	"encoding/hex"
+	"errors"
 	"math/bits"
 	"testing"
 
@@ -112,24 +114,24 @@ func TestOrderIDsCannotBeStepped(t *testing.T) {
 	}
 }
 
-// Through the API: a buyer who adds one to their own order id does not
-// read the order placed right after theirs.
+// A buyer who adds one to their own order id does not read the order
+// placed right after theirs (the status endpoint reads Store.Order).
 func TestOrderIDNextIsNotAnotherOrder(t *testing.T) {
-	g := startGateway(t)
-	g.mustSale("step", `{"stock":10,"per_user_limit":1}`)
-	a := g.buy("step", "alice", 1, "")
-	b := g.buy("step", "bob", 1, "")
-	if a.code != 202 || b.code != 202 {
-		t.Fatalf("setup buys: %d %s, %d %s", a.code, a.raw, b.code, b.raw)
+	e := newEnv(t, Options{})
+	e.mustSale("step", `{"stock":10,"per_user_limit":1}`)
+	a, errA := e.buy("step", "alice", 1, "")
+	b, errB := e.buy("step", "bob", 1, "")
+	if errA != nil || errB != nil {
+		t.Fatalf("setup buys: %v, %v", errA, errB)
 	}
-	own := g.do("GET", g.base+"/v1/sales/step/orders/"+a.str("order_id"), "", nil)
-	if own.code != 200 || own.str("user_id") != "alice" {
-		t.Fatalf("alice's own order: %d %s", own.code, own.raw)
+	ctx := context.Background()
+	own, err := e.store.Order(ctx, "step", a.OrderID)
+	if err != nil || own.UserID != "alice" {
+		t.Fatalf("alice's own order: %+v %v", own, err)
 	}
-	for _, guess := range []string{hexStep(a.str("order_id"), +1), hexStep(b.str("order_id"), -1)} {
-		r := g.do("GET", g.base+"/v1/sales/step/orders/"+guess, "", nil)
-		if r.code != 404 || r.status() != "not_found" {
-			t.Errorf("stepped id %s: %d %s, want 404 not_found", guess, r.code, r.raw)
+	for _, guess := range []string{hexStep(a.OrderID, +1), hexStep(b.OrderID, -1)} {
+		if r, err := e.store.Order(ctx, "step", guess); !errors.Is(err, ErrNotFound) {
+			t.Errorf("stepped id %s: %+v %v, want ErrNotFound", guess, r, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package sale
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := newSaleSampler(rdb, keys, 5*time.Second)
+	p := newSampler(rdb, keys, 5*time.Second)
 	// scrape scrapes as if the last scrape were ago: the walk reads its
 	// share of that.
 	scrape := func(ago time.Duration) (string, int64) {
@@ -107,7 +107,7 @@ func TestSaleMetricsWithoutRedis(t *testing.T) {
 	ln.Close() // nothing listens there now
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	p := newSaleSampler(rdb, scripts.Keys{Prefix: "x"}, time.Second)
+	p := newSampler(rdb, scripts.Keys{Prefix: "x"}, time.Second)
 	p.touch("a")
 	var b bytes.Buffer
 	p.write(&b)

@@ -1,9 +1,8 @@
-package gateway
+package sale
 
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -41,24 +40,24 @@ type batcher struct {
 	mu    sync.Mutex
 	sales map[string]*saleQueue
 
-	calls, reservations atomic.Uint64 // script calls made, reservations they carried
+	calls, reservations *metrics.Counter // script calls made, reservations they carried
 	sizes               *metrics.PrometheusHistogram
 }
 
-// saleQueue is one sale's reservations on this gateway: a queue per lane
+// saleQueue is one sale's reservations on this process: a queue per id
 // (the sale, or each of its buckets that has buyers in flight).
 type saleQueue struct {
 	mu     sync.Mutex
-	queues []*queue // lanes with buyers waiting or calls out; one for a sale of one bucket
+	queues []*queue // ids with buyers waiting or calls out; one for a sale of one bucket
 	out    int      // calls of this sale in flight (their leaders will hand over)
-	users  int      // reservations in flight for this sale on this gateway (batcher.mu)
+	users  int      // reservations in flight for this sale on this process (batcher.mu)
 }
 
-// queue is the buyers of one lane waiting for a script call.
+// queue is the buyers of one id (the sale, or a bucket of it) waiting for a script call.
 type queue struct {
-	lane    string
+	id      string
 	waiting []*call
-	out     int // calls of this lane in flight
+	out     int // calls of this id in flight
 }
 
 // call is one buyer's reservation in a queue.
@@ -76,18 +75,23 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan bool, 1)} }}
 
-func newBatcher(store *Store, maxSize, parallel, maxInFlight int, timeout time.Duration) *batcher {
-	return &batcher{store: store, maxSize: maxSize, parallel: max(parallel, 1), maxInFlight: maxInFlight,
+func newBatcher(store *Store, o Batching, timeout time.Duration, set *metrics.Set) *batcher {
+	b := &batcher{store: store, maxSize: o.MaxSize, parallel: max(o.Calls, 1), maxInFlight: o.MaxInFlight,
 		timeout: timeout, sales: map[string]*saleQueue{}}
+	b.sizes = set.NewPrometheusHistogramExt("flashgate_reserve_batch_size",
+		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})
+	b.calls = set.NewCounter("flashgate_reserve_calls_total")
+	b.reservations = set.NewCounter("flashgate_reserve_reservations_total")
+	return b
 }
 
-// reserve reserves r on lane, the sale or the buyer's bucket of it, batched
+// reserve reserves r on id, the sale or the buyer's bucket of it, batched
 // with whatever else is in flight for that sale (unless batching is off). It
 // blocks for at most about two Redis timeouts. It returns ErrRateLimited at
 // once when the sale already has maxInFlight reservations in flight on this
 // gateway, and an error wrapping ErrUnavailable when Redis did not answer in
 // time.
-func (b *batcher) reserve(sale, lane string, r Reservation) (Result, error) {
+func (b *batcher) reserve(sale, id string, r Reservation) (Result, error) {
 	sq, ok := b.acquire(sale)
 	defer b.release(sale, sq)
 	if !ok {
@@ -96,17 +100,17 @@ func (b *batcher) reserve(sale, lane string, r Reservation) (Result, error) {
 	if b.maxSize <= 1 {
 		var out [1]Result
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.store.Reserve(ctx, lane, []Reservation{r}, out[:])
+		err := b.store.Reserve(ctx, id, []Reservation{r}, out[:])
 		cancel()
-		b.calls.Add(1)
-		b.reservations.Add(1)
+		b.calls.Inc()
+		b.reservations.Inc()
 		return out[0], err
 	}
 
 	c := callPool.Get().(*call)
 	c.r, c.deadline = r, time.Now().Add(b.timeout)
 	sq.mu.Lock()
-	q := sq.queue(lane)
+	q := sq.queue(id)
 	q.waiting = append(q.waiting, c)
 	leave, expired := b.dispatch(sq, time.Now())
 	sq.mu.Unlock()
@@ -123,15 +127,15 @@ func (b *batcher) reserve(sale, lane string, r Reservation) (Result, error) {
 	return res, err
 }
 
-// queue returns the queue of lane, made if the sale has none. sq.mu must
+// queue returns the queue of id, made if the sale has none. sq.mu must
 // be held.
-func (sq *saleQueue) queue(lane string) *queue {
+func (sq *saleQueue) queue(id string) *queue {
 	for _, q := range sq.queues {
-		if q.lane == lane {
+		if q.id == id {
 			return q
 		}
 	}
-	q := &queue{lane: lane}
+	q := &queue{id: id}
 	sq.queues = append(sq.queues, q)
 	return q
 }
@@ -236,13 +240,11 @@ func (b *batcher) send(sq *saleQueue, q *queue, batch []*call) {
 	}
 	out := make([]Result, len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	err := b.store.Reserve(ctx, q.lane, rs, out)
+	err := b.store.Reserve(ctx, q.id, rs, out)
 	cancel()
-	b.calls.Add(1)
-	b.reservations.Add(uint64(len(rs)))
-	if b.sizes != nil {
-		b.sizes.Update(float64(len(rs)))
-	}
+	b.calls.Inc()
+	b.reservations.Add(len(rs))
+	b.sizes.Update(float64(len(rs)))
 	for i, c := range batch {
 		c.res, c.err = out[i], err
 	}

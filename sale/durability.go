@@ -1,4 +1,4 @@
-package gateway
+package sale
 
 import (
 	"context"
@@ -30,7 +30,7 @@ const durabilityEvery = time.Second
 // or that refuses CONFIG (managed Redis, an ACL without +config|get),
 // counts as not durable: the mode never sells on a guess.
 //
-// Created only when the mode is on; the Server holds nil otherwise, so the
+// Created only when the mode is on; the Store holds nil otherwise, so the
 // default costs one nil check per buy. ok is safe for concurrent use; run
 // is the one goroutine that writes.
 type durability struct {
@@ -69,16 +69,11 @@ func newDurability(rdb redis.UniversalClient, log *zap.Logger, timeout time.Dura
 // ok reports whether the last round found every primary durable.
 func (d *durability) ok() bool { return d.state.Load().ok }
 
-// notReady is /readyz's answer while not durable: 503 unavailable with the
-// reason in "error"; false when durable.
-func (d *durability) notReady() (reply, bool) {
+// notReady is why the last round did not find every primary durable, or
+// ok false when it did.
+func (d *durability) notReady() (reason string, ok bool) {
 	st := d.state.Load()
-	if st.ok {
-		return reply{}, false
-	}
-	b := append([]byte(nil), `{"status":"unavailable","error":`...)
-	b = appendString(b, st.reason)
-	return reply{code: 503, body: append(b, '}'), status: "unavailable"}, true
+	return st.reason, !st.ok
 }
 
 // run checks at once, then every durabilityEvery, until ctx is done. It

@@ -1,4 +1,4 @@
-package gateway
+package sale
 
 import (
 	"context"
@@ -39,7 +39,7 @@ const lowerRounds = 4
 // unit it moves moves by the two-half moves of move.lua, so a crash at any
 // point leaves records the settling pass finishes, and a fence that lapses
 // by itself at ctx's deadline.
-func (s *Store) lowerBuckets(ctx context.Context, bs *bucketSet, u SaleUpdate) (*SaleView, bool, error) {
+func (s *Store) lowerBuckets(ctx context.Context, bs *bucketSet, u Update) (*View, bool, error) {
 	stock := *u.Stock
 	// A refusal needs no fence: the buckets' sold, read one after the
 	// other, only grow (but by a cancel or an expiry), so a sum above the

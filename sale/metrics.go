@@ -1,10 +1,11 @@
-package gateway
+package sale
 
 import (
 	"cmp"
 	"context"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,9 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// maxSaleSeries bounds the per-sale series of one scrape.
-const maxSaleSeries = 500
+// MaxSaleSeries bounds the per-sale series of one scrape: the sales that
+// sold most are shown (WriteMetrics).
+const MaxSaleSeries = 500
 
 // saleChunk is how many sales one pipeline of a scrape asks about, so that
 // a Redis holding many thousands of sales answers in pieces it can
@@ -27,7 +29,7 @@ const saleChunk = 500
 // saleFullEvery is how long the scrapes take to read every sale's record
 // again: each reads its share of the registry (the time since the last
 // scrape over saleFullEvery), besides the sales this process wrote to
-// since (Server.wrote), whose new figures show at once.
+// since (Store.Touch and the store's own writes), whose new figures show at once.
 const saleFullEvery = 2 * time.Minute
 
 // saleRow is one sale as a scrape sees it.
@@ -42,14 +44,14 @@ type saleRecord struct {
 	stock, sold, end int64
 }
 
-// saleSampler keeps the scrape's copy of every sale's stock, sold and end,
+// sampler keeps the scrape's copy of every sale's stock, sold and end,
 // so that a scrape costs Redis what changed rather than what exists: the
 // first scrape reads every sale; later ones read the sales this process
 // wrote to (touch) and walk the registry with a cursor, so that every sale
 // is read again within saleFullEvery of scrapes. A sale changed by another
 // gateway alone shows its new figures within saleFullEvery. It is safe for
 // concurrent use; scrapes are serialised.
-type saleSampler struct {
+type sampler struct {
 	rdb     redis.UniversalClient
 	keys    scripts.Keys
 	timeout time.Duration
@@ -64,13 +66,13 @@ type saleSampler struct {
 	recs   map[string]saleRecord
 }
 
-func newSaleSampler(rdb redis.UniversalClient, keys scripts.Keys, timeout time.Duration) *saleSampler {
-	return &saleSampler{rdb: rdb, keys: keys, timeout: timeout, touched: map[string]struct{}{}}
+func newSampler(rdb redis.UniversalClient, keys scripts.Keys, timeout time.Duration) *sampler {
+	return &sampler{rdb: rdb, keys: keys, timeout: timeout, touched: map[string]struct{}{}}
 }
 
 // touch records that id's meta hash changed (a sale or a bucket's lane):
 // the next scrape reads it again. It does no I/O.
-func (p *saleSampler) touch(id string) {
+func (p *sampler) touch(id string) {
 	p.tmu.Lock()
 	p.touched[id] = struct{}{}
 	p.tmu.Unlock()
@@ -80,7 +82,7 @@ func (p *saleSampler) touch(id string) {
 // touched ones and the walk's share. It returns false when Redis could not
 // answer in time: the scrape then shows no sale series rather than figures
 // over part of the sales.
-func (p *saleSampler) refresh(ctx context.Context) bool {
+func (p *sampler) refresh(ctx context.Context) bool {
 	p.tmu.Lock()
 	touched := p.touched
 	p.touched = map[string]struct{}{}
@@ -117,7 +119,7 @@ func (p *saleSampler) refresh(ctx context.Context) bool {
 
 // due returns the ids a scrape reads: every sale the first time; then the
 // touched ones and the next stretch of the registry's walk.
-func (p *saleSampler) due(ctx context.Context, touched map[string]struct{}) ([]string, error) {
+func (p *sampler) due(ctx context.Context, touched map[string]struct{}) ([]string, error) {
 	if p.recs == nil {
 		return p.rdb.SMembers(ctx, p.keys.Sales()).Result()
 	}
@@ -148,7 +150,7 @@ func (p *saleSampler) due(ctx context.Context, touched map[string]struct{}) ([]s
 }
 
 // retouch puts back what a failed refresh took, for the next one.
-func (p *saleSampler) retouch(ids map[string]struct{}) {
+func (p *sampler) retouch(ids map[string]struct{}) {
 	p.tmu.Lock()
 	for id := range ids {
 		p.touched[id] = struct{}{}
@@ -159,16 +161,16 @@ func (p *saleSampler) retouch(ids map[string]struct{}) {
 // write writes the sale totals over the whole registry (flashgate_sales:
 // sales that exist; flashgate_sales_live: those not over;
 // flashgate_sale_series_omitted: live sales left without per-sale series by
-// the bound) and the remaining and sold units of at most maxSaleSeries live
+// the bound) and the remaining and sold units of at most MaxSaleSeries live
 // sales, in sale order. The sales shown are those that sold most, then by
 // sale id: the same sales scrape after scrape while nothing changes, and
 // the busiest ones (a Prometheus series that comes and goes with a random
 // pick is no series to alert on).
 //
-// The figures are the sampler's copy (see saleSampler), brought up to date
+// The figures are the sampler's copy (see sampler), brought up to date
 // first within the Redis timeout. The outbox series of each sale are the
 // relay's (relay.WriteMetrics, through Deps.Metrics).
-func (p *saleSampler) write(w io.Writer) {
+func (p *sampler) write(w io.Writer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
@@ -185,7 +187,7 @@ func (p *saleSampler) write(w io.Writer) {
 	// is its sale's, whose home keeps the stock and sells nothing itself.
 	laneSold := map[string]int64{}
 	for id, r := range p.recs {
-		if sale, _, ok := laneSale(id); ok {
+		if sale, _, ok := scripts.SplitBucket(id); ok {
 			laneSold[sale] += r.sold
 		}
 	}
@@ -193,7 +195,7 @@ func (p *saleSampler) write(w io.Writer) {
 		if !r.exists {
 			continue // an id without a sale (see Store.Upsert)
 		}
-		if _, _, ok := laneSale(id); ok {
+		if _, _, ok := scripts.SplitBucket(id); ok {
 			continue
 		}
 		exist++
@@ -207,11 +209,11 @@ func (p *saleSampler) write(w io.Writer) {
 			rows = append(rows, saleRow{id: id, stock: r.stock, sold: r.sold + laneSold[id]})
 		}
 	}
-	if len(rows) > maxSaleSeries {
+	if len(rows) > MaxSaleSeries {
 		slices.SortFunc(rows, func(a, b saleRow) int {
 			return cmp.Or(cmp.Compare(b.sold, a.sold), strings.Compare(a.id, b.id))
 		})
-		rows = rows[:maxSaleSeries]
+		rows = rows[:MaxSaleSeries]
 	}
 	slices.SortFunc(rows, func(a, b saleRow) int { return strings.Compare(a.id, b.id) })
 	metrics.WriteGaugeUint64(w, "flashgate_sales", uint64(exist))
@@ -229,4 +231,22 @@ func (p *saleSampler) write(w io.Writer) {
 		b = appendSaleSeries(b, "flashgate_sale_sold", r.id, r.sold)
 	}
 	_, _ = w.Write(b)
+}
+
+// appendSaleSeries appends `name{sale="SALE"} v` and a newline. A valid
+// sale id needs no escaping: the id rule allows no quote or backslash.
+func appendSaleSeries(b []byte, name, sale string, v int64) []byte {
+	b = append(b, name...)
+	b = append(b, `{sale="`...)
+	b = append(b, sale...)
+	b = append(b, `"} `...)
+	b = strconv.AppendInt(b, v, 10)
+	return append(b, '\n')
+}
+
+// num reads an integer field of an HMGET reply; a missing one is 0.
+func num(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }

@@ -1,6 +1,7 @@
-package gateway
+package sale
 
 import (
+	"github.com/VictoriaMetrics/metrics"
 	"slices"
 	"strings"
 	"testing"
@@ -72,12 +73,12 @@ func TestBatcherDispatch(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			b := newBatcher(nil, row.maxSize, row.parallel, 0, time.Second)
+			b := newBatcher(nil, Batching{MaxSize: row.maxSize, Calls: row.parallel}, time.Second, metrics.NewSet())
 			sq := &saleQueue{}
 			names := map[*call]string{}
 			n := 0
 			for _, sp := range row.queues {
-				q := &queue{lane: sp.lane, out: sp.out}
+				q := &queue{id: sp.lane, out: sp.out}
 				sq.out += sp.out
 				for _, name := range strings.Fields(sp.calls) {
 					n++
@@ -100,7 +101,7 @@ func TestBatcherDispatch(t *testing.T) {
 					ns = append(ns, names[c])
 				}
 				got = append(got, strings.Join(ns, " "))
-				if !slices.Equal(batch[0].batch, batch) || batch[0].q == nil || batch[0].q.lane != strings.ToUpper(names[batch[0]][:1]) {
+				if !slices.Equal(batch[0].batch, batch) || batch[0].q == nil || batch[0].q.id != strings.ToUpper(names[batch[0]][:1]) {
 					t.Errorf("batch %q: its first call does not carry it and its queue", got[len(got)-1])
 				}
 			}
@@ -121,7 +122,7 @@ func TestBatcherDispatch(t *testing.T) {
 				for _, c := range q.waiting {
 					ns = append(ns, names[c])
 				}
-				left = append(left, q.lane+"="+strings.Join(ns, " "))
+				left = append(left, q.id+"="+strings.Join(ns, " "))
 				outs += q.out
 			}
 			if !slices.Equal(left, row.wantLeft) {

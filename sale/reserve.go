@@ -1,0 +1,150 @@
+package sale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// Reservation is one buyer's request, with the order id chosen before the call.
+type Reservation struct {
+	OrderID  string
+	UserID   string
+	Quantity int
+	IdemKey  string // empty when the request had none
+}
+
+// Result is the outcome of one Reservation: Err is nil when accepted, or one
+// of the outcome sentinels. OrderID is the accepted order's id, which differs
+// from the Reservation's when an Idempotency-Key replays an earlier order.
+// PayBy is the accepted order's payment deadline in Unix ms (Redis's clock),
+// 0 when its sale asks no payment: the order is then confirmed, else
+// pending_payment.
+type Result struct {
+	OrderID string
+	PayBy   int64
+	Err     error
+}
+
+// reserveOn applies rs in order in one atomic script call on the keys of
+// lane (a sale, or a bucket of one), recording them as orders of sale, and
+// writes one Result per reservation into out (len(out) ≥ len(rs)). It
+// returns an error wrapping ErrUnavailable when Redis could not answer, or
+// answered what the gateway cannot read; then no Result is set and nothing
+// may be promised to the buyers. It blocks for the script call, bounded by
+// ctx.
+func (s *Store) reserveOn(ctx context.Context, lane, sale string, rs []Reservation, out []Result) error {
+	keys := make([]string, 5, 5+len(rs))
+	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(lane), s.keys.Users(lane), s.keys.Outbox(lane),
+		s.keys.Orders(lane), s.keys.Due(lane)
+	args := make([]any, 2, 2+4*len(rs))
+	args[0], args[1] = sale, int64(scripts.IdemTTL/time.Second)
+	for _, r := range rs {
+		ik := 0
+		if r.IdemKey != "" {
+			keys = append(keys, s.keys.Idem(lane, r.IdemKey))
+			ik = len(keys)
+		}
+		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
+	}
+	v, err := s.loader.Run(ctx, scripts.Reserve, keys, args...)
+	if err != nil {
+		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
+	}
+	if err := decodeReserve(v, out[:len(rs)]); err != nil {
+		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
+	}
+	for i := range rs {
+		if out[i].Err == nil {
+			s.changedOn(lane, true)
+			break
+		}
+	}
+	return nil
+}
+
+// reserveReply is the number of values per reservation in the reserve
+// script's reply: code, order id, pay_by.
+const reserveReply = 3
+
+// decodeReserve reads the reserve script's reply into out: per reservation,
+// an integer code, the order id (a string that an accepted reservation never
+// leaves empty) and the pay_by (an integer, 0 or more). A reply of any other
+// shape or length is an error and sets no Result: a reply misread must never
+// read as accepted.
+func decodeReserve(v any, out []Result) error {
+	arr, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("reply is %T, want an array", v)
+	}
+	if len(arr) != reserveReply*len(out) {
+		return fmt.Errorf("reply has %d elements for %d reservations", len(arr), len(out))
+	}
+	for i := range out {
+		j := reserveReply * i
+		n, ok := arr[j].(int64)
+		if !ok {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want an integer code", j, arr[j])
+		}
+		id, ok := arr[j+1].(string)
+		if !ok || id == "" && scripts.Code(n) == scripts.CodeOK {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want an order id", j+1, arr[j+1])
+		}
+		payBy, ok := arr[j+2].(int64)
+		if !ok || payBy < 0 {
+			clear(out)
+			return fmt.Errorf("reply element %d is %#v, want a pay_by", j+2, arr[j+2])
+		}
+		out[i] = Result{OrderID: id, PayBy: payBy, Err: outcome(scripts.Code(n))}
+	}
+	return nil
+}
+
+// Reserve applies rs on lane (a sale, or one of its buckets) and writes one
+// Result per reservation into out (len(out) ≥ len(rs)). A sale of one bucket
+// is one atomic script call. A sale of several is one call per bucket its
+// buyers are in, and more where a bucket has to draw stock from the pool
+// first; each reservation is still decided atomically and exactly once. It
+// returns an error wrapping ErrUnavailable when Redis could not answer, or
+// answered what the gateway cannot read; then no Result is set and nothing
+// may be promised to the buyers. It blocks for the script calls, bounded by
+// ctx.
+func (s *Store) Reserve(ctx context.Context, lane string, rs []Reservation, out []Result) error {
+	if sale, b, ok := scripts.SplitBucket(lane); ok {
+		bs, err := s.bucketsOf(ctx, sale)
+		if err != nil {
+			return err
+		}
+		if bs == nil || b >= len(bs.names) {
+			return fmt.Errorf("reserve %s: %w: no such bucket", lane, ErrUnavailable)
+		}
+		return s.reserveBucket(ctx, bs, b, rs, out)
+	}
+	if err := s.reserveOn(ctx, lane, lane, rs, out); err != nil {
+		return err
+	}
+	var bs *bucketSet
+	for i := range rs {
+		if !errors.Is(out[i].Err, errBucketed) {
+			continue
+		}
+		if bs == nil {
+			var err error
+			if bs, err = s.bucketsOf(ctx, lane); err != nil {
+				return err
+			}
+			if bs == nil {
+				return fmt.Errorf("reserve %s: %w: home answered BUCKETED but names no buckets", lane, ErrUnavailable)
+			}
+		}
+		if err := s.reserveBucket(ctx, bs, bs.bucketOf(rs[i].UserID), rs[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package sale is a sale's state in Redis and every operation on it: a
+// buyer's reservation (batched per sale, one atomic script call per batch),
+// the admin changes (create, update, restock, lock), an order's pay, cancel
+// and status, a sale's buckets and their placement on a cluster, the check
+// that Redis fsyncs before it replies (zero-loss mode), the announcements of
+// admin changes, and the per-sale figures of /metrics. The HTTP edge
+// (package gateway) asks it in its own words; nothing here speaks HTTP.
+//
+// Words used throughout:
+//
+//   - A sale's state lives under keys that share one hash tag, the sale id
+//     (scripts.Keys), so that one script call sees all of it atomically.
+//   - A sale of several buckets (API.md "buckets") spreads its buyers over
+//     K hash slots: bucket i is a sale of the same scripts under the id
+//     "SALE#i.n" (buckets.go). A script call acts on one id: the sale's, or
+//     one bucket's. Where a function takes either, its parameter is id.
+//   - The home of a bucketed sale is the sale's own id: it keeps the
+//     settings and the stock, and sells nothing itself. Its pool is the
+//     units not yet handed to a bucket (stock − moved).
+//   - A move hands units between the pool and a bucket in two script calls
+//     on two slots (move.lua): a debit where the units leave, with a record,
+//     and a credit where they arrive, applied once, which removes the
+//     record (moves.go). A process that dies between the two leaves the
+//     record, and the settling pass (Store.Run) applies the credit.
+//   - A batch is the reservations of one sale (or bucket) that leave in one
+//     script call (batcher.go).
+package sale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/flashgate/flashgate/scripts"
+)
+
+// Options are a Store's settings beyond its clients. The zero value sends
+// each buy alone, checks no durability and tells nobody of changes.
+type Options struct {
+	// Batch is how the reservations of one sale share script calls (Buy).
+	Batch Batching
+	// Timeout bounds each Redis call of Buy (a reservation not sent within
+	// it is answered ErrUnavailable) and of the background work of Run;
+	// 0 is 2 s.
+	Timeout time.Duration
+	// ZeroLoss makes Buy refuse while any Redis primary may reply before
+	// its write is on disk (redis.zero_loss; durability.go).
+	ZeroLoss bool
+	// Log receives what the background work of Run has to say; nil is
+	// silent.
+	Log *zap.Logger
+	// Changed, when set, is told after a script call changed the meta hash
+	// of id (a sale, or a bucket of one), and whether it wrote to id's
+	// outbox. It must not block.
+	Changed func(id string, outbox bool)
+}
+
+// Batching is how reservations of one sale share script calls.
+type Batching struct {
+	MaxSize     int // reservations per script call; 0 or 1 turns batching off
+	Calls       int // script calls of one sale in flight at once; 0 is 1
+	MaxInFlight int // reservations in flight per sale beyond which buys are shed (ErrRateLimited); 0: no limit
+}
+
+// Store is a sale's state in Redis and the operations on it. Create it with
+// New; Run does its background work. It is safe for concurrent use.
+type Store struct {
+	rdb     redis.UniversalClient
+	loader  *scripts.Loader
+	keys    scripts.Keys
+	log     *zap.Logger
+	timeout time.Duration
+	// buckets holds the *bucketSet of every sale of several buckets met
+	// (buckets.go), by sale id: fixed at creation, so never stale.
+	buckets sync.Map
+	// settleAge is the age of a half-done move that the settling pass
+	// finishes (moves.go).
+	settleAge time.Duration
+	changed   func(id string, outbox bool)
+
+	batch   *batcher
+	ids     *orderIDs
+	durable *durability // nil: zero-loss mode is off
+	sampler *sampler
+	metrics *metrics.Set
+}
+
+// New returns a Store on the given client and loader, for the sales under
+// keys. It fails only when a client is missing or the order id key cannot
+// be drawn.
+func New(rdb redis.UniversalClient, loader *scripts.Loader, keys scripts.Keys, o Options) (*Store, error) {
+	if rdb == nil || loader == nil {
+		return nil, errors.New("sale: Redis and Loader are required")
+	}
+	ids, err := newOrderIDs()
+	if err != nil {
+		return nil, fmt.Errorf("sale: order ids: %w", err)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	s := &Store{rdb: rdb, loader: loader, keys: keys, log: o.Log, timeout: o.Timeout, settleAge: settleAge,
+		ids: ids, metrics: metrics.NewSet()}
+	s.sampler = newSampler(rdb, keys, o.Timeout)
+	s.changed = func(id string, outbox bool) {
+		s.sampler.touch(id)
+		if o.Changed != nil {
+			o.Changed(id, outbox)
+		}
+	}
+	s.batch = newBatcher(s, o.Batch, o.Timeout, s.metrics)
+	if o.ZeroLoss {
+		s.durable = newDurability(rdb, o.Log, o.Timeout, s.metrics)
+	}
+	return s, nil
+}
+
+// changedOn tells changed.
+func (s *Store) changedOn(id string, outbox bool) { s.changed(id, outbox) }
+
+// Touch tells the store that id (a sale, or a bucket of one) changed by a
+// script call made elsewhere in the process (an expiry), so that its
+// figures in /metrics are read again at the next scrape. It does no I/O.
+func (s *Store) Touch(id string) { s.sampler.touch(id) }
+
+// Buy reserves quantity units of sale for user, with the buy's
+// Idempotency-Key (idem, "" for none), batched with the other buys of the
+// sale in flight on this process. It returns the outcome in Result.Err
+// (nil: accepted, else one of the sentinels), or an error: ErrRateLimited at
+// once when the sale already has Batching.MaxInFlight reservations in
+// flight here, an error wrapping ErrUnavailable when Redis did not answer in
+// time (nothing was promised). It blocks for at most about two Timeouts.
+func (s *Store) Buy(sale, user string, quantity int, idem string) (Result, error) {
+	return s.batch.reserve(sale, s.idFor(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: quantity, IdemKey: idem})
+}
+
+// Durable reports whether a buy may be promised now: always, but in
+// zero-loss mode only while every Redis primary was last seen to fsync
+// before it replies. It does no I/O.
+func (s *Store) Durable() bool { return s.durable == nil || s.durable.ok() }
+
+// NotDurable is, in zero-loss mode while a primary is not (or not yet
+// known to be) durable, why not, without addresses; ok is false otherwise.
+func (s *Store) NotDurable() (reason string, ok bool) {
+	if s.durable == nil {
+		return "", false
+	}
+	return s.durable.notReady()
+}
+
+// Run does the store's background work until ctx is done: the settling of
+// half-done moves of bucketed sales every second, and in zero-loss mode
+// the check of every primary's persistence, at once and every second. It
+// blocks; Redis failures are logged and tried again.
+func (s *Store) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if s.durable != nil {
+		wg.Go(func() { s.durable.run(ctx) })
+	}
+	t := time.NewTicker(settleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.settle(ctx)
+		}
+	}
+}
+
+// WriteMetrics writes the store's series: its reservations and script
+// calls, the sizes of its batches, zero-loss mode's verdict, and the sales'
+// totals and per-sale figures (metrics.go), read from Redis within the
+// Timeout.
+func (s *Store) WriteMetrics(w io.Writer) {
+	s.metrics.WritePrometheus(w)
+	s.sampler.write(w)
+}
+
+// Ping runs a script, so that it checks the script path and not only the
+// connection.
+func (s *Store) Ping(ctx context.Context) error {
+	v, err := s.loader.Run(ctx, scripts.Admin, []string{s.keys.Meta("_ready"), s.keys.Users("_ready"), s.keys.Outbox("_ready")}, "ping", s.keys.Events(), "_ready")
+	if err != nil {
+		return fmt.Errorf("ping: %w: %w", ErrUnavailable, err)
+	}
+	if v != "pong" {
+		return fmt.Errorf("ping: %w: script answered %v", ErrUnavailable, v)
+	}
+	return nil
+}
