@@ -345,55 +345,54 @@ func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks c
 
 // collect returns the next batch: it waits for one delivery (or for ctx, when
 // watch is set), then takes more until the deliveries carry batch_size orders
-// (order.CountHeader; a message without it counts as one) or batch_wait has
-// passed. open is false once the channel of deliveries has closed.
+// (order.CountHeader; a message without it counts as one), batch_wait has
+// passed since the first, or ctx ends (when watched). open is false once the
+// channel of deliveries has closed.
+//
+// One select serves the wait for the first delivery and the filling after
+// it, as nsqd's messagePump (nsqd/topic.go) serves its states: a case whose
+// channel is nil is never chosen, so the deadline is off until the first
+// delivery sets it, and ctx is not watched when done is nil. With
+// batch_wait 0 the deadline passes at once: nothing is waited for, and the
+// batch is the first delivery and what the select takes before it sees the
+// deadline.
 func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery, watch bool) (batch []amqp.Delivery, open bool) {
 	var done <-chan struct{}
 	if watch {
 		done = ctx.Done()
 	}
-	var n int
+	var (
+		timer    *time.Timer
+		deadline <-chan time.Time // nil: no deadline before the first delivery
+		n        int
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	c.witness.waiting(time.Now())
-	select {
-	case d, ok := <-deliveries:
-		c.witness.busy()
-		if !ok {
-			return nil, false
-		}
-		batch = append(make([]amqp.Delivery, 0, 16), d)
-		n = order.Count(d.Headers)
-	case <-done:
-		c.witness.busy()
-		return nil, true
-	}
-	if c.cfg.BatchWait <= 0 {
-		for n < c.cfg.BatchSize {
-			select {
-			case d, ok := <-deliveries:
-				if !ok {
-					return batch, false
-				}
-				batch = append(batch, d)
-				n += order.Count(d.Headers)
-			default:
-				return batch, true
-			}
-		}
-		return batch, true
-	}
-	t := time.NewTimer(c.cfg.BatchWait)
-	defer t.Stop()
 	for n < c.cfg.BatchSize {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
+				c.witness.busy()
 				return batch, false
+			}
+			if batch == nil {
+				// Deliveries in hand: the loop no longer vouches for
+				// now (Settled), and batch_wait runs from here.
+				c.witness.busy()
+				batch = make([]amqp.Delivery, 0, 16)
+				timer = time.NewTimer(c.cfg.BatchWait) // 0: passed at once
+				deadline = timer.C
 			}
 			batch = append(batch, d)
 			n += order.Count(d.Headers)
-		case <-t.C:
+		case <-deadline:
 			return batch, true
 		case <-done:
+			c.witness.busy()
 			return batch, true
 		}
 	}
