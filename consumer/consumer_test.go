@@ -157,9 +157,7 @@ func TestShutdownFinishesBatchInHand(t *testing.T) {
 // column too narrow for it): only that one is dead-lettered.
 func TestDataErrorIsolatesTheOrder(t *testing.T) {
 	e := newEnv(t)
-	if _, err := e.db.Exec(`ALTER TABLE orders MODIFY quantity TINYINT NOT NULL`); err != nil {
-		t.Fatal(err)
-	}
+	e.narrowQuantity()
 	os := orderdbtest.Orders("s", 3)
 	os[1].Quantity = 200 // out of TINYINT's range
 	e.publish(bodies(t, os)...)

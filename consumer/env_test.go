@@ -208,6 +208,15 @@ func (e *env) waitDead(n int) []amqp.Delivery {
 	return append(out, e.dead()...)
 }
 
+// narrowQuantity makes MySQL refuse as data an order of more than 127
+// units: the quantity column becomes a TINYINT.
+func (e *env) narrowQuantity() {
+	e.t.Helper()
+	if _, err := e.db.Exec(`ALTER TABLE orders MODIFY quantity TINYINT NOT NULL`); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // totals reads the sale's rows and ledger.
 func (e *env) totals(sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
 	e.t.Helper()

@@ -288,15 +288,7 @@ func TestReconcileBuckets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := r.Drift()
-			if len(d) != len(tt.drift) {
-				t.Fatalf("drift %q, want %d like %q (report %+v)", d, len(tt.drift), tt.drift, r)
-			}
-			for i := range d {
-				if !strings.Contains(d[i], tt.drift[i]) {
-					t.Fatalf("drift %q, want like %q", d, tt.drift)
-				}
-			}
+			wantDrift(t, r, tt.drift)
 			if r.Buckets != 3 || !slices.Equal(r.Lanes, b.lanes) || r.Stock != 100000 || r.Accepted != 40 ||
 				r.AcceptedUnits != 60 {
 				t.Fatalf("figures %+v", r)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,20 @@ func (e *env) dropOutbox(sale string) {
 	e.t.Helper()
 	if err := e.rdb.Del(context.Background(), e.keys.Outbox(sale)).Err(); err != nil {
 		e.t.Fatal(err)
+	}
+}
+
+// wantDrift fails the test unless r's drift is one sentence per want, in
+// its order, each containing that want.
+func wantDrift(t *testing.T, r *Report, want []string) {
+	t.Helper()
+	d := r.Drift()
+	if len(d) != len(want) {
+		t.Fatalf("drift %q, want %d like %q (report %+v)", d, len(want), want, r)
+	}
+	for i := range d {
+		if !strings.Contains(d[i], want[i]) {
+			t.Fatalf("drift %q, want like %q", d, want)
+		}
 	}
 }

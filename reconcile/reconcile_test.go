@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -212,15 +211,7 @@ func TestReconcileStates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := r.Drift()
-			if len(d) != len(tt.drift) {
-				t.Fatalf("drift %q, want %d like %q (report %+v)", d, len(tt.drift), tt.drift, r)
-			}
-			for i := range d {
-				if !strings.Contains(d[i], tt.drift[i]) {
-					t.Fatalf("drift %q, want like %q", d, tt.drift)
-				}
-			}
+			wantDrift(t, r, tt.drift)
 			if r.Accepted != 40 || r.AcceptedUnits != 60 || r.Rows != 40 || r.LedgerOrders != 40 {
 				t.Fatalf("figures %+v", r)
 			}
