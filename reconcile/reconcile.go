@@ -10,7 +10,7 @@
 // confirmed): Redis's sold counts them, and so do MySQL's rows in those
 // states; the units of a cancelled or expired order are back in the stock.
 //
-// A sale of several buckets (API.md "buckets", gateway/buckets.go) sells in
+// A sale of several buckets (API.md "buckets", sale/buckets.go) sells in
 // its buckets, each a slot with its own meta, users, orders, outbox and due
 // set, whose orders name the sale; its home slot sells nothing. Redis's
 // figures are then the buckets' summed, and MySQL's are the sale's as ever.

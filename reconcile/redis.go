@@ -16,7 +16,7 @@ import (
 
 // readHome reads the sale's own meta hash: whether it exists and, for a
 // sale of several buckets, the buckets' ids (its field names, as
-// gateway/buckets.go writes them), its stock and moved.
+// sale/buckets.go writes them), its stock and moved.
 func (r *Report) readHome(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys) (bool, error) {
 	pipe := rdb.TxPipeline()
 	exists := pipe.Exists(ctx, keys.Meta(r.Sale))

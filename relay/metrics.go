@@ -85,7 +85,7 @@ func writeOutboxes(w io.Writer, outboxes []known, now time.Time, activeFor time.
 		pending int64
 		oldest  time.Duration
 	)
-	// The outboxes of a sale's buckets (gateway/buckets.go) are the sale's:
+	// The outboxes of a sale's buckets (sale/buckets.go) are the sale's:
 	// their entries and age go to its series, the home's, which has none
 	// of its own.
 	bySale := map[string]*row{}

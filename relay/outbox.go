@@ -144,7 +144,7 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 	ords, err := order.FromStreamEntry(m.Values)
 	e := &entry{sale: sale, id: m.ID, orderIDs: make([]string, 0, len(ords)), bodies: make([][]byte, 0, len(ords)), unconfirmed: len(ords)}
 	for _, ord := range ords {
-		// A bucket's outbox holds orders of its sale (gateway/buckets.go).
+		// A bucket's outbox holds orders of its sale (sale/buckets.go).
 		if ord.SaleID != scripts.SaleOf(sale) {
 			err = fmt.Errorf("%w: sale_id %q in the outbox of sale %q", order.ErrMalformed, ord.SaleID, sale)
 			break

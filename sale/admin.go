@@ -38,10 +38,10 @@ func (s *Store) sumBuckets(ctx context.Context, v *View) (*View, error) {
 	if bs == nil {
 		return nil, fmt.Errorf("sale %s: %w: %d buckets but no names", v.ID, ErrUnavailable, v.Buckets)
 	}
-	for _, lane := range bs.names {
-		b, _, err := s.admin(ctx, lane, "get")
+	for _, bucket := range bs.names {
+		b, _, err := s.admin(ctx, bucket, "get")
 		if errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("sale %s: %w: bucket %s missing", v.ID, ErrUnavailable, lane)
+			return nil, fmt.Errorf("sale %s: %w: bucket %s missing", v.ID, ErrUnavailable, bucket)
 		}
 		if err != nil {
 			return nil, err
@@ -161,9 +161,9 @@ func (s *Store) createBuckets(ctx context.Context, sale string, u Update) (*View
 		return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
 	}
 	zero := int64(0)
-	lane := Update{Stock: &zero, Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
+	bucket := Update{Stock: &zero, Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
 	for _, name := range names {
-		if _, _, err := s.upsertOne(ctx, name, lane, ""); err != nil {
+		if _, _, err := s.upsertOne(ctx, name, bucket, ""); err != nil {
 			return nil, false, err
 		}
 	}
@@ -188,10 +188,10 @@ func (s *Store) upsertBuckets(ctx context.Context, bs *bucketSet, u Update) (*Vi
 	if err != nil {
 		return nil, false, err
 	}
-	lane := Update{Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
-	if lane != (Update{}) {
+	bucket := Update{Limit: u.Limit, StartsAt: u.StartsAt, EndsAt: u.EndsAt, PaymentWindow: u.PaymentWindow}
+	if bucket != (Update{}) {
 		for _, name := range bs.names {
-			if _, _, err := s.upsertOne(ctx, name, lane, ""); err != nil {
+			if _, _, err := s.upsertOne(ctx, name, bucket, ""); err != nil {
 				return nil, false, err
 			}
 		}
@@ -241,8 +241,8 @@ func (s *Store) SetLocked(ctx context.Context, sale string, locked bool) (*View,
 	if bs == nil {
 		return nil, fmt.Errorf("%s %s: %w: %d buckets but no names", op, sale, ErrUnavailable, v.Buckets)
 	}
-	for _, lane := range bs.names {
-		if _, _, err := s.admin(ctx, lane, op); err != nil {
+	for _, bucket := range bs.names {
+		if _, _, err := s.admin(ctx, bucket, op); err != nil {
 			return nil, err
 		}
 	}

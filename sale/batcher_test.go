@@ -14,12 +14,12 @@ import (
 // one bucket's do; a bucket with a full batch sends it besides.
 func TestBatcherDispatch(t *testing.T) {
 	now := time.Now()
-	// A spec is one queue: its lane, its calls out, and its waiting calls
+	// A spec is one queue: its id, its calls out, and its waiting calls
 	// by name; a name ending in '!' has waited past its deadline. Calls are
 	// given deadlines in the order named across all queues of a row, so the
 	// first named has waited longest.
 	type spec struct {
-		lane  string
+		id    string
 		out   int
 		calls string
 	}
@@ -29,7 +29,7 @@ func TestBatcherDispatch(t *testing.T) {
 		queues            []spec
 		want              []string // batches that leave, each as its calls joined by ' '
 		wantExpired       string
-		wantLeft          []string // lane=waiting… of the queues kept, in order
+		wantLeft          []string // id=waiting… of the queues kept, in order
 	}{
 		{name: "an idle sale's buyer leaves at once, alone", maxSize: 4, parallel: 1,
 			queues: []spec{{"A", 0, "a1"}},
@@ -78,7 +78,7 @@ func TestBatcherDispatch(t *testing.T) {
 			names := map[*call]string{}
 			n := 0
 			for _, sp := range row.queues {
-				q := &queue{id: sp.lane, out: sp.out}
+				q := &queue{id: sp.id, out: sp.out}
 				sq.out += sp.out
 				for _, name := range strings.Fields(sp.calls) {
 					n++

@@ -43,12 +43,12 @@ import (
 //   - Admin changes go to the home, then to every bucket, before the call
 //     returns (fanOut); a view sums the buckets. A stock below what the
 //     home has handed to the buckets waits for their unsold units to come
-//     back (buckets_lower.go): only what they sold can refuse it.
+//     back (lower.go): only what they sold can refuse it.
 //
 // Every move of stock is two script calls on two slots with a record
-// between them (move.lua); the settling pass (settleMoves, run by every
-// gateway's sweeper) finishes the moves of a process that died between the
-// two, and the second half is a no-op if it had run.
+// between them (move.lua, moves.go); the settling pass (settleMoves, run
+// by every process's Store.Run) finishes the moves of a process that died
+// between the two, and the second half is a no-op if it had run.
 
 // bucketSet is a sale's buckets, fixed at creation.
 type bucketSet struct {
@@ -132,7 +132,7 @@ func (s *Store) bucketsNow(ctx context.Context, sale string) (*bucketSet, error)
 // buckets, or be sold meanwhile in the bucket that held them, and a buyer
 // is never told sold_out while units are left.
 func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Reservation, out []Result) error {
-	lane := bs.names[b]
+	bucket := bs.names[b]
 	suffix := "." + strconv.Itoa(b)
 	own := make([]Reservation, len(rs))
 	for i, r := range rs {
@@ -142,7 +142,7 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 		own[i] = r
 	}
 	seen := bs.refills[b].Load()
-	if err := s.reserveOn(ctx, lane, bs.sale, own, out); err != nil {
+	if err := s.reserveOn(ctx, bucket, bs.sale, own, out); err != nil {
 		return err
 	}
 	if errors.Is(out[0].Err, ErrNotFound) {
@@ -201,7 +201,7 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 			short = waiting
 			select {
 			case <-ctx.Done():
-				return fail(fmt.Errorf("%w: bucket %s short while its sale has %d units (moving between buckets)", ErrUnavailable, lane, left))
+				return fail(fmt.Errorf("%w: bucket %s short while its sale has %d units (moving between buckets)", ErrUnavailable, bucket, left))
 			case <-time.After(pause):
 			}
 			pause = min(2*pause, 16*time.Millisecond)
@@ -212,7 +212,7 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 			again[j] = own[i]
 		}
 		seen = bs.refills[b].Load()
-		if err := s.reserveOn(ctx, lane, bs.sale, again, res); err != nil {
+		if err := s.reserveOn(ctx, bucket, bs.sale, again, res); err != nil {
 			// Those retried may have been accepted: promise nothing to
 			// them. The others keep their answers.
 			return fail(err)
@@ -241,20 +241,20 @@ func (s *Store) refillBucket(ctx context.Context, bs *bucketSet, b int, need int
 		bs.got[b] = got
 		bs.refills[b].Add(1)
 	}()
-	got, err = s.take(ctx, bs, b, need)
+	got, err = s.poolToBucket(ctx, bs, b, need)
 	if err != nil || got >= need {
 		return got, err
 	}
 	for k := 1; k < len(bs.names) && got < need; k++ {
 		j := (b + k) % len(bs.names)
-		n, err := s.giveBack(ctx, bs, j, need-got)
+		n, err := s.bucketToPool(ctx, bs, j, need-got)
 		if err != nil {
 			return got, err
 		}
 		if n == 0 {
 			continue
 		}
-		m, err := s.take(ctx, bs, b, need-got)
+		m, err := s.poolToBucket(ctx, bs, b, need-got)
 		if err != nil {
 			return got, err
 		}

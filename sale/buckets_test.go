@@ -44,7 +44,7 @@ func TestBucketLastUnits(t *testing.T) {
 			if n == 0 {
 				continue
 			}
-			if got, err := e.store.take(ctx, bs, b, n); err != nil || got != n {
+			if got, err := e.store.poolToBucket(ctx, bs, b, n); err != nil || got != n {
 				t.Fatalf("take %d into bucket %d: %d, %v", n, b, got, err)
 			}
 		}
@@ -305,8 +305,8 @@ func TestBucketClusterPlacement(t *testing.T) {
 				t.Fatalf("%s: names %v", sale, names)
 			}
 			per := map[string]int{}
-			for _, lane := range names {
-				per[primaryOf(t, e.rdb, e.keys.Meta(lane))]++
+			for _, bucket := range names {
+				per[primaryOf(t, e.rdb, e.keys.Meta(bucket))]++
 			}
 			lo, hi := k, 0
 			for _, n := range per {
@@ -436,8 +436,8 @@ func TestBucketLowerAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lane := []string{e.keys.Meta(bs.names[0]), e.keys.Moves(bs.names[0])}
-	if n, err := st.move(ctx, lane, "give", gid, int64(0)); err != nil || n == 0 {
+	bucket := []string{e.keys.Meta(bs.names[0]), e.keys.Moves(bs.names[0])}
+	if n, err := st.move(ctx, bucket, "give", gid, int64(0)); err != nil || n == 0 {
 		t.Fatalf("half give of bucket 0: %d %v", n, err)
 	}
 	fence("dead", 60_000)

@@ -55,7 +55,7 @@ var (
 	// errStockBelowMoved is the home of a sale of several buckets asked
 	// for a stock below the units it has handed to them, sold or not:
 	// Store.Upsert takes their unsold units back and tries again, and no
-	// admin ever hears it (buckets_lower.go).
+	// admin ever hears it (lower.go).
 	errStockBelowMoved = fmt.Errorf("%w: the new stock is below the units the buckets hold", ErrUnavailable)
 )
 

@@ -142,25 +142,25 @@ func (s *Store) drain(ctx context.Context, bs *bucketSet) error {
 // drainBucket finishes the takes into bucket j (move id → units), then
 // gives back its unsold stock, then finishes every give of it under way.
 func (s *Store) drainBucket(ctx context.Context, bs *bucketSet, j int, takes map[string]int64) error {
-	lane := bs.names[j]
+	bucket := bs.names[j]
 	for id, n := range takes {
-		if err := s.credit(ctx, lane, bs.sale, id, n); err != nil {
+		if err := s.creditBucket(ctx, bucket, bs.sale, id, n); err != nil {
 			return err
 		}
 	}
-	if _, err := s.giveBack(ctx, bs, j, 0); err != nil {
+	if _, err := s.bucketToPool(ctx, bs, j, 0); err != nil {
 		return err
 	}
-	gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(lane)).Result()
+	gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(bucket)).Result()
 	if err != nil {
-		return fmt.Errorf("moves of %s: %w: %w", lane, ErrUnavailable, err)
+		return fmt.Errorf("moves of %s: %w: %w", bucket, ErrUnavailable, err)
 	}
 	for id, rec := range gives {
 		m, err := scripts.ParseMove(rec)
 		if err != nil || m.Take {
 			continue
 		}
-		if err := s.accept(ctx, lane, bs.sale, id, m.Units); err != nil {
+		if err := s.creditPool(ctx, bucket, bs.sale, id, m.Units); err != nil {
 			return err
 		}
 	}

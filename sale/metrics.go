@@ -70,7 +70,7 @@ func newSampler(rdb redis.UniversalClient, keys scripts.Keys, timeout time.Durat
 	return &sampler{rdb: rdb, keys: keys, timeout: timeout, touched: map[string]struct{}{}}
 }
 
-// touch records that id's meta hash changed (a sale or a bucket's lane):
+// touch records that id's meta hash changed (a sale, or a bucket of one):
 // the next scrape reads it again. It does no I/O.
 func (p *sampler) touch(id string) {
 	p.tmu.Lock()

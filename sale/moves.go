@@ -14,9 +14,9 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// take moves units from the pool into bucket b: a record in the home, the
-// credit in the bucket, the record removed.
-func (s *Store) take(ctx context.Context, bs *bucketSet, b int, need int64) (int64, error) {
+// poolToBucket moves units from the pool into bucket b: the debit of the
+// pool with a record in the home (move.lua "take"), then creditBucket.
+func (s *Store) poolToBucket(ctx context.Context, bs *bucketSet, b int, need int64) (int64, error) {
 	id, err := moveID()
 	if err != nil {
 		return 0, err
@@ -25,16 +25,16 @@ func (s *Store) take(ctx context.Context, bs *bucketSet, b int, need int64) (int
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	if err := s.credit(ctx, bs.names[b], bs.sale, id, n); err != nil {
+	if err := s.creditBucket(ctx, bs.names[b], bs.sale, id, n); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
 
-// credit finishes a take: the units into the bucket (once), then the
-// home's record removed.
-func (s *Store) credit(ctx context.Context, lane, sale, id string, n int64) error {
-	if _, err := s.move(ctx, []string{s.keys.Meta(lane), s.keys.Op(lane, id)}, "credit", id, n); err != nil {
+// creditBucket finishes a move into a bucket: the units into the bucket
+// (move.lua "credit", applied once), then the home's record removed.
+func (s *Store) creditBucket(ctx context.Context, bucket, sale, id string, n int64) error {
+	if _, err := s.move(ctx, []string{s.keys.Meta(bucket), s.keys.Op(bucket, id)}, "credit", id, n); err != nil {
 		return err
 	}
 	if err := s.rdb.HDel(ctx, s.keys.Moves(sale), id).Err(); err != nil {
@@ -43,28 +43,29 @@ func (s *Store) credit(ctx context.Context, lane, sale, id string, n int64) erro
 	return nil
 }
 
-// giveBack moves up to want of bucket j's unsold stock (want 0: all of it)
-// into the pool.
-func (s *Store) giveBack(ctx context.Context, bs *bucketSet, j int, want int64) (int64, error) {
+// bucketToPool moves up to want of bucket j's unsold stock (want 0: all of
+// it) into the pool: the debit of the bucket with a record in it (move.lua
+// "give"), then creditPool.
+func (s *Store) bucketToPool(ctx context.Context, bs *bucketSet, j int, want int64) (int64, error) {
 	id, err := moveID()
 	if err != nil {
 		return 0, err
 	}
-	lane := bs.names[j]
-	n, err := s.move(ctx, []string{s.keys.Meta(lane), s.keys.Moves(lane)}, "give", id, want)
+	bucket := bs.names[j]
+	n, err := s.move(ctx, []string{s.keys.Meta(bucket), s.keys.Moves(bucket)}, "give", id, want)
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	return n, s.accept(ctx, lane, bs.sale, id, n)
+	return n, s.creditPool(ctx, bucket, bs.sale, id, n)
 }
 
-// accept finishes a give: the units into the pool (once), then the
-// bucket's record removed.
-func (s *Store) accept(ctx context.Context, lane, sale, id string, n int64) error {
+// creditPool finishes a move into the pool: the units into the pool
+// (move.lua "accept", applied once), then the bucket's record removed.
+func (s *Store) creditPool(ctx context.Context, bucket, sale, id string, n int64) error {
 	if _, err := s.move(ctx, []string{s.keys.Meta(sale), s.keys.Op(sale, id)}, "accept", id, n); err != nil {
 		return err
 	}
-	if err := s.rdb.HDel(ctx, s.keys.Moves(lane), id).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.keys.Moves(bucket), id).Err(); err != nil {
 		return fmt.Errorf("move %s: %w: %w", id, ErrUnavailable, err)
 	}
 	return nil
@@ -121,8 +122,8 @@ func (s *Store) sold(ctx context.Context, bs *bucketSet) (int64, error) {
 	// Each command's own error is read below; the pipeline's is the first
 	// of them.
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, lane := range bs.names {
-			cmds[i] = p.HGet(ctx, s.keys.Meta(lane), "sold")
+		for i, bucket := range bs.names {
+			cmds[i] = p.HGet(ctx, s.keys.Meta(bucket), "sold")
 		}
 		return nil
 	})
@@ -183,12 +184,12 @@ func (s *Store) settleMoves(ctx context.Context) error {
 			if err != nil || !m.Take || m.At > due || m.Bucket >= len(bs.names) {
 				continue
 			}
-			if err := s.credit(ctx, bs.names[m.Bucket], sale, id, m.Units); err != nil {
+			if err := s.creditBucket(ctx, bs.names[m.Bucket], sale, id, m.Units); err != nil {
 				return err
 			}
 		}
-		for _, lane := range bs.names {
-			gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(lane)).Result()
+		for _, bucket := range bs.names {
+			gives, err := s.rdb.HGetAll(ctx, s.keys.Moves(bucket)).Result()
 			if err != nil {
 				return err
 			}
@@ -197,7 +198,7 @@ func (s *Store) settleMoves(ctx context.Context) error {
 				if err != nil || m.Take || m.At > due {
 					continue
 				}
-				if err := s.accept(ctx, lane, sale, id, m.Units); err != nil {
+				if err := s.creditPool(ctx, bucket, sale, id, m.Units); err != nil {
 					return err
 				}
 			}

@@ -54,7 +54,7 @@ func (s *Store) orderKeys(sale string) []string {
 // returns it with the sentinel.
 func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.Record, bool, error) {
 	// An order of a sale of several buckets is in the bucket its id names.
-	lane := sale
+	bucket := sale
 	if b, ok := orderBucket(orderID); ok {
 		bs, err := s.bucketsOf(ctx, sale)
 		if err != nil {
@@ -63,9 +63,9 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 		if bs == nil || b >= len(bs.names) {
 			return scripts.Record{}, false, ErrOrderNotFound
 		}
-		lane = bs.names[b]
+		bucket = bs.names[b]
 	}
-	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(lane), op, s.keys.Events(), sale, orderID)
+	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(bucket), op, s.keys.Events(), sale, orderID)
 	if err != nil {
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
@@ -74,7 +74,7 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
 	if changed {
-		s.changedOn(lane, true)
+		s.changedOn(bucket, true)
 	}
 	if rec.Due(now) {
 		rec.State = order.StateExpired

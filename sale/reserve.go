@@ -30,36 +30,36 @@ type Result struct {
 }
 
 // reserveOn applies rs in order in one atomic script call on the keys of
-// lane (a sale, or a bucket of one), recording them as orders of sale, and
+// id (a sale, or a bucket of one), recording them as orders of sale, and
 // writes one Result per reservation into out (len(out) ≥ len(rs)). It
 // returns an error wrapping ErrUnavailable when Redis could not answer, or
-// answered what the gateway cannot read; then no Result is set and nothing
+// answered what the store cannot read; then no Result is set and nothing
 // may be promised to the buyers. It blocks for the script call, bounded by
 // ctx.
-func (s *Store) reserveOn(ctx context.Context, lane, sale string, rs []Reservation, out []Result) error {
+func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation, out []Result) error {
 	keys := make([]string, 5, 5+len(rs))
-	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(lane), s.keys.Users(lane), s.keys.Outbox(lane),
-		s.keys.Orders(lane), s.keys.Due(lane)
+	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(id), s.keys.Users(id), s.keys.Outbox(id),
+		s.keys.Orders(id), s.keys.Due(id)
 	args := make([]any, 2, 2+4*len(rs))
 	args[0], args[1] = sale, int64(scripts.IdemTTL/time.Second)
 	for _, r := range rs {
 		ik := 0
 		if r.IdemKey != "" {
-			keys = append(keys, s.keys.Idem(lane, r.IdemKey))
+			keys = append(keys, s.keys.Idem(id, r.IdemKey))
 			ik = len(keys)
 		}
 		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
 	}
 	v, err := s.loader.Run(ctx, scripts.Reserve, keys, args...)
 	if err != nil {
-		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
+		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
 	}
 	if err := decodeReserve(v, out[:len(rs)]); err != nil {
-		return fmt.Errorf("reserve %s: %w: %w", lane, ErrUnavailable, err)
+		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
 	}
 	for i := range rs {
 		if out[i].Err == nil {
-			s.changedOn(lane, true)
+			s.changedOn(id, true)
 			break
 		}
 	}
@@ -105,27 +105,27 @@ func decodeReserve(v any, out []Result) error {
 	return nil
 }
 
-// Reserve applies rs on lane (a sale, or one of its buckets) and writes one
+// Reserve applies rs on id (a sale, or one of its buckets) and writes one
 // Result per reservation into out (len(out) ≥ len(rs)). A sale of one bucket
 // is one atomic script call. A sale of several is one call per bucket its
 // buyers are in, and more where a bucket has to draw stock from the pool
 // first; each reservation is still decided atomically and exactly once. It
 // returns an error wrapping ErrUnavailable when Redis could not answer, or
-// answered what the gateway cannot read; then no Result is set and nothing
+// answered what the store cannot read; then no Result is set and nothing
 // may be promised to the buyers. It blocks for the script calls, bounded by
 // ctx.
-func (s *Store) Reserve(ctx context.Context, lane string, rs []Reservation, out []Result) error {
-	if sale, b, ok := scripts.SplitBucket(lane); ok {
+func (s *Store) Reserve(ctx context.Context, id string, rs []Reservation, out []Result) error {
+	if sale, b, ok := scripts.SplitBucket(id); ok {
 		bs, err := s.bucketsOf(ctx, sale)
 		if err != nil {
 			return err
 		}
 		if bs == nil || b >= len(bs.names) {
-			return fmt.Errorf("reserve %s: %w: no such bucket", lane, ErrUnavailable)
+			return fmt.Errorf("reserve %s: %w: no such bucket", id, ErrUnavailable)
 		}
 		return s.reserveBucket(ctx, bs, b, rs, out)
 	}
-	if err := s.reserveOn(ctx, lane, lane, rs, out); err != nil {
+	if err := s.reserveOn(ctx, id, id, rs, out); err != nil {
 		return err
 	}
 	var bs *bucketSet
@@ -135,11 +135,11 @@ func (s *Store) Reserve(ctx context.Context, lane string, rs []Reservation, out 
 		}
 		if bs == nil {
 			var err error
-			if bs, err = s.bucketsOf(ctx, lane); err != nil {
+			if bs, err = s.bucketsOf(ctx, id); err != nil {
 				return err
 			}
 			if bs == nil {
-				return fmt.Errorf("reserve %s: %w: home answered BUCKETED but names no buckets", lane, ErrUnavailable)
+				return fmt.Errorf("reserve %s: %w: home answered BUCKETED but names no buckets", id, ErrUnavailable)
 			}
 		}
 		if err := s.reserveBucket(ctx, bs, bs.bucketOf(rs[i].UserID), rs[i:i+1], out[i:i+1]); err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/flashgate/flashgate/retry"
 )
 
-// Sales of several buckets (API.md "buckets", gateway/buckets.go) through
+// Sales of several buckets (API.md "buckets", sale/buckets.go) through
 // the whole pipeline: buyers spread over the buckets of one sale, each
 // bucket's outbox relayed on its own, MySQL seeing orders of the sale. On
 // a Redis Cluster (make test-cluster) the buckets are on three primaries.
@@ -363,7 +363,7 @@ func (s *stack) moves(lanes []string) map[string]string {
 // waitMovesSettled waits until no record of a half-done move is left in
 // the sale's home or buckets. With no buyer left, a living gateway has
 // finished its own moves; the settling pass finishes a dead one's once the
-// record is a few seconds old (gateway/buckets.go settleAge).
+// record is a few seconds old (sale/buckets.go settleAge).
 func (s *stack) waitMovesSettled(lanes []string, timeout time.Duration) {
 	s.t.Helper()
 	var left map[string]string
