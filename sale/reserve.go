@@ -9,6 +9,24 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
+// A buy's path through the store, top to bottom: Buy picks the order id and
+// the buyer's bucket (idFor); the batcher (batcher.go) queues it with the
+// other buys of the sale and sends a batch as one Reserve; Reserve sends a
+// sale of one bucket to reserveOn, one script call, and a bucket's batch to
+// reserveBucket (buckets.go), which refills a short bucket from the pool
+// and calls reserveOn again.
+
+// Buy reserves quantity units of sale for user, with the buy's
+// Idempotency-Key (idem, "" for none), batched with the other buys of the
+// sale in flight on this process. It returns the outcome in Result.Err
+// (nil: accepted, else one of the sentinels), or an error: ErrRateLimited at
+// once when the sale already has Batching.MaxInFlight reservations in
+// flight here, an error wrapping ErrUnavailable when Redis did not answer in
+// time (nothing was promised). It blocks for at most about two Timeouts.
+func (s *Store) Buy(sale, user string, quantity int, idem string) (Result, error) {
+	return s.batch.reserve(sale, s.idFor(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: quantity, IdemKey: idem})
+}
+
 // Reservation is one buyer's request, with the order id chosen before the call.
 type Reservation struct {
 	OrderID  string
@@ -27,6 +45,50 @@ type Result struct {
 	OrderID string
 	PayBy   int64
 	Err     error
+}
+
+// Reserve applies rs on id (a sale, or one of its buckets) and writes one
+// Result per reservation into out (len(out) ≥ len(rs)). A sale of one bucket
+// is one atomic script call. A sale of several is one call per bucket its
+// buyers are in, and more where a bucket has to draw stock from the pool
+// first; each reservation is still decided atomically and exactly once. It
+// returns an error wrapping ErrUnavailable when Redis could not answer, or
+// answered what the store cannot read; then no Result is set and nothing
+// may be promised to the buyers. It blocks for the script calls, bounded by
+// ctx.
+func (s *Store) Reserve(ctx context.Context, id string, rs []Reservation, out []Result) error {
+	if sale, b, ok := scripts.SplitBucket(id); ok {
+		bs, err := s.bucketsOf(ctx, sale)
+		if err != nil {
+			return err
+		}
+		if bs == nil || b >= len(bs.names) {
+			return fmt.Errorf("reserve %s: %w: no such bucket", id, ErrUnavailable)
+		}
+		return s.reserveBucket(ctx, bs, b, rs, out)
+	}
+	if err := s.reserveOn(ctx, id, id, rs, out); err != nil {
+		return err
+	}
+	var bs *bucketSet
+	for i := range rs {
+		if !errors.Is(out[i].Err, errBucketed) {
+			continue
+		}
+		if bs == nil {
+			var err error
+			if bs, err = s.bucketsOf(ctx, id); err != nil {
+				return err
+			}
+			if bs == nil {
+				return fmt.Errorf("reserve %s: %w: home answered BUCKETED but names no buckets", id, ErrUnavailable)
+			}
+		}
+		if err := s.reserveBucket(ctx, bs, bs.bucketOf(rs[i].UserID), rs[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reserveOn applies rs in order in one atomic script call on the keys of
@@ -101,50 +163,6 @@ func decodeReserve(v any, out []Result) error {
 			return fmt.Errorf("reply element %d is %#v, want a pay_by", j+2, arr[j+2])
 		}
 		out[i] = Result{OrderID: id, PayBy: payBy, Err: outcome(scripts.Code(n))}
-	}
-	return nil
-}
-
-// Reserve applies rs on id (a sale, or one of its buckets) and writes one
-// Result per reservation into out (len(out) ≥ len(rs)). A sale of one bucket
-// is one atomic script call. A sale of several is one call per bucket its
-// buyers are in, and more where a bucket has to draw stock from the pool
-// first; each reservation is still decided atomically and exactly once. It
-// returns an error wrapping ErrUnavailable when Redis could not answer, or
-// answered what the store cannot read; then no Result is set and nothing
-// may be promised to the buyers. It blocks for the script calls, bounded by
-// ctx.
-func (s *Store) Reserve(ctx context.Context, id string, rs []Reservation, out []Result) error {
-	if sale, b, ok := scripts.SplitBucket(id); ok {
-		bs, err := s.bucketsOf(ctx, sale)
-		if err != nil {
-			return err
-		}
-		if bs == nil || b >= len(bs.names) {
-			return fmt.Errorf("reserve %s: %w: no such bucket", id, ErrUnavailable)
-		}
-		return s.reserveBucket(ctx, bs, b, rs, out)
-	}
-	if err := s.reserveOn(ctx, id, id, rs, out); err != nil {
-		return err
-	}
-	var bs *bucketSet
-	for i := range rs {
-		if !errors.Is(out[i].Err, errBucketed) {
-			continue
-		}
-		if bs == nil {
-			var err error
-			if bs, err = s.bucketsOf(ctx, id); err != nil {
-				return err
-			}
-			if bs == nil {
-				return fmt.Errorf("reserve %s: %w: home answered BUCKETED but names no buckets", id, ErrUnavailable)
-			}
-		}
-		if err := s.reserveBucket(ctx, bs, bs.bucketOf(rs[i].UserID), rs[i:i+1], out[i:i+1]); err != nil {
-			return err
-		}
 	}
 	return nil
 }

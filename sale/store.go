@@ -133,17 +133,6 @@ func (s *Store) changedOn(id string, outbox bool) { s.changed(id, outbox) }
 // figures in /metrics are read again at the next scrape. It does no I/O.
 func (s *Store) Touch(id string) { s.sampler.touch(id) }
 
-// Buy reserves quantity units of sale for user, with the buy's
-// Idempotency-Key (idem, "" for none), batched with the other buys of the
-// sale in flight on this process. It returns the outcome in Result.Err
-// (nil: accepted, else one of the sentinels), or an error: ErrRateLimited at
-// once when the sale already has Batching.MaxInFlight reservations in
-// flight here, an error wrapping ErrUnavailable when Redis did not answer in
-// time (nothing was promised). It blocks for at most about two Timeouts.
-func (s *Store) Buy(sale, user string, quantity int, idem string) (Result, error) {
-	return s.batch.reserve(sale, s.idFor(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: quantity, IdemKey: idem})
-}
-
 // Durable reports whether a buy may be promised now: always, but in
 // zero-loss mode only while every Redis primary was last seen to fsync
 // before it replies. It does no I/O.
