@@ -124,42 +124,72 @@ func (w *Sweeper) Run(ctx context.Context) {
 func (w *Sweeper) refresh(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	sales, err := w.rdb.SMembers(rctx, w.keys.Paying()).Result()
+	p, err := w.readPaying(rctx)
 	if err != nil {
 		w.fail(ctx, "refresh", err)
 		return
 	}
-	if len(sales) == 0 {
-		clear(w.next)
-		w.ok()
-		return
-	}
-	firsts := make([]*redis.ZSliceCmd, len(sales))
-	var clock *redis.TimeCmd
-	for lo := 0; lo < len(sales); lo += saleChunk {
-		pipe := w.rdb.Pipeline()
-		if lo == 0 {
-			clock = pipe.Time(rctx)
-		}
-		for i := lo; i < min(len(sales), lo+saleChunk); i++ {
-			firsts[i] = pipe.ZRangeWithScores(rctx, w.keys.Due(sales[i]), 0, 0)
-		}
-		local := time.Now()
-		if _, err := pipe.Exec(rctx); err != nil {
-			w.fail(ctx, "refresh", err)
-			return
-		}
-		if lo == 0 {
-			w.offset = clock.Val().UnixMilli() - local.UnixMilli()
-		}
+	if len(p.sales) > 0 {
+		w.offset = p.clock - p.local
 	}
 	clear(w.next)
-	for i, sale := range sales {
-		if z := firsts[i].Val(); len(z) == 1 {
-			w.next[sale] = int64(z[0].Score)
+	for i, sale := range p.sales {
+		if p.first[i] > 0 {
+			w.next[sale] = p.first[i]
 		}
 	}
 	w.ok()
+}
+
+// paying is one read of the sales ever given a payment window.
+type paying struct {
+	sales []string
+	// clock is Redis's time, in Unix ms, read with the first pipeline; local
+	// is ours when that pipeline was sent.
+	clock, local int64
+	first        []int64           // per sale: pay_by of its earliest order awaiting payment; 0: none
+	meta         []*redis.SliceCmd // per sale, when fields were asked: those of its meta hash
+}
+
+// readPaying reads Keys.Paying, then Redis's clock, each sale's earliest
+// due pay_by and, when fields are given, those fields of its meta hash, in
+// pipelines of saleChunk sales, all bounded by ctx.
+func (w *Sweeper) readPaying(ctx context.Context, fields ...string) (paying, error) {
+	sales, err := w.rdb.SMembers(ctx, w.keys.Paying()).Result()
+	if err != nil || len(sales) == 0 {
+		return paying{}, err
+	}
+	p := paying{sales: sales, first: make([]int64, len(sales))}
+	firsts := make([]*redis.ZSliceCmd, len(sales))
+	if len(fields) > 0 {
+		p.meta = make([]*redis.SliceCmd, len(sales))
+	}
+	for lo := 0; lo < len(sales); lo += saleChunk {
+		pipe := w.rdb.Pipeline()
+		var clock *redis.TimeCmd
+		if lo == 0 {
+			clock = pipe.Time(ctx)
+		}
+		for i := lo; i < min(len(sales), lo+saleChunk); i++ {
+			if p.meta != nil {
+				p.meta[i] = pipe.HMGet(ctx, w.keys.Meta(sales[i]), fields...)
+			}
+			firsts[i] = pipe.ZRangeWithScores(ctx, w.keys.Due(sales[i]), 0, 0)
+		}
+		local := time.Now()
+		if _, err := pipe.Exec(ctx); err != nil {
+			return paying{}, err
+		}
+		if clock != nil {
+			p.clock, p.local = clock.Val().UnixMilli(), local.UnixMilli()
+		}
+	}
+	for i, f := range firsts {
+		if z := f.Val(); len(z) == 1 {
+			p.first[i] = int64(z[0].Score)
+		}
+	}
+	return p, nil
 }
 
 // sweep expires what is due on the sales whose earliest pay_by has come,

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -45,39 +43,23 @@ func (s *Sweeper) WriteMetrics(w io.Writer) {
 	s.set.WritePrometheus(w)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	sales, err := s.rdb.SMembers(ctx, s.keys.Paying()).Result()
-	if err != nil || len(sales) == 0 {
+	p, err := s.readPaying(ctx, "stock", "pending", "paid", "cancelled", "expired")
+	if err != nil || len(p.sales) == 0 {
 		return
 	}
-	metas := make([]*redis.SliceCmd, len(sales))
-	firsts := make([]*redis.ZSliceCmd, len(sales))
-	var clock *redis.TimeCmd
-	for lo := 0; lo < len(sales); lo += saleChunk {
-		pipe := s.rdb.Pipeline()
-		if lo == 0 {
-			clock = pipe.Time(ctx)
-		}
-		for i := lo; i < min(len(sales), lo+saleChunk); i++ {
-			metas[i] = pipe.HMGet(ctx, s.keys.Meta(sales[i]), "stock", "pending", "paid", "cancelled", "expired")
-			firsts[i] = pipe.ZRangeWithScores(ctx, s.keys.Due(sales[i]), 0, 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return
-		}
-	}
-	now := clock.Val().UnixMilli()
+	sales := p.sales
 	read := func(i int) (paymentRow, bool) {
-		v := metas[i].Val()
+		v := p.meta[i].Val()
 		if len(v) != 5 || v[0] == nil {
-			return paymentRow{}, false // an id without a sale (see Store.Upsert)
+			return paymentRow{}, false // an id without a sale (see sale.Store.Upsert)
 		}
 		r := paymentRow{id: sales[i], pending: num(v[1]), paid: num(v[2]), cancelled: num(v[3]), expired: num(v[4])}
-		if z := firsts[i].Val(); len(z) == 1 {
-			r.overdue = max(0, now-int64(z[0].Score))
+		if p.first[i] > 0 {
+			r.overdue = max(0, p.clock-p.first[i])
 		}
 		return r, true
 	}
-	// A bucket's orders are its sale's (buckets.go): they go to the
+	// A bucket's orders are its sale's (sale/buckets.go): they go to the
 	// sale's row, its home's, which holds none of its own.
 	lanes := map[string]paymentRow{}
 	for i, id := range sales {
