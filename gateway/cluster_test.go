@@ -62,20 +62,6 @@ func spreadSales(t *testing.T, g *testGateway, name string, n int) []string {
 	return out
 }
 
-// primaryOf names the primary that holds key on a cluster ("" on one Redis).
-func primaryOf(t *testing.T, g *testGateway, key string) string {
-	t.Helper()
-	cc, ok := g.rdb.(*redis.ClusterClient)
-	if !ok {
-		return ""
-	}
-	node, err := cc.MasterForKey(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return node.Options().Addr
-}
-
 // Announcements are published by a script on the sale's primary and heard
 // by the gateway's one subscription, on the primary of the channel's slot:
 // classic PUBLISH reaches every node's subscribers. A sale remembered as
@@ -84,7 +70,7 @@ func primaryOf(t *testing.T, g *testGateway, key string) string {
 func TestAnnouncementsFromEveryPrimary(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Cache.ClosedTTL = time.Minute })
 	sales := spreadSales(t, g, "an", 2)
-	t.Logf("the announcements' channel is on %q", primaryOf(t, g, g.keys.Events()))
+	t.Logf("the announcements' channel is on %q", saletest.PrimaryOf(t, g.rdb, g.keys.Events()))
 	for _, sale := range sales {
 		g.mustSale(sale, `{"stock":1,"per_user_limit":1}`)
 		if r := g.buy(sale, "first", 1, ""); r.code != 202 {
@@ -103,7 +89,7 @@ func TestAnnouncementsFromEveryPrimary(t *testing.T) {
 		if r := g.adminPost(sale, "restock", `{"quantity":1}`); r.code != 200 {
 			t.Fatalf("%s: restock: %d %s", sale, r.code, r.raw)
 		}
-		waitFor(t, "the restock of "+sale+" on "+primaryOf(t, g, g.keys.Meta(sale))+" to be announced", func() bool {
+		waitFor(t, "the restock of "+sale+" on "+saletest.PrimaryOf(t, g.rdb, g.keys.Meta(sale))+" to be announced", func() bool {
 			return g.srv.closed.get([]byte(sale), time.Now()) == nil
 		})
 		if r := g.buy(sale, "second", 1, ""); r.code != 202 {
@@ -204,7 +190,7 @@ func TestIdempotencyKeyWithBraces(t *testing.T) {
 			if again := g.buy(sale, "u", 1, key); string(again.raw) != string(first.raw) {
 				t.Errorf("%s, key %q: replay %s, first %s", sale, key, again.raw, first.raw)
 			}
-			if a, b := primaryOf(t, g, g.keys.Idem(sale, key)), primaryOf(t, g, g.keys.Meta(sale)); a != b {
+			if a, b := saletest.PrimaryOf(t, g.rdb, g.keys.Idem(sale, key)), saletest.PrimaryOf(t, g.rdb, g.keys.Meta(sale)); a != b {
 				t.Errorf("%s, key %q: the idempotency key is on %s, the sale on %s", sale, key, a, b)
 			}
 		}

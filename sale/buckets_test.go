@@ -306,7 +306,7 @@ func TestBucketClusterPlacement(t *testing.T) {
 			}
 			per := map[string]int{}
 			for _, bucket := range names {
-				per[primaryOf(t, e.rdb, e.keys.Meta(bucket))]++
+				per[saletest.PrimaryOf(t, e.rdb, e.keys.Meta(bucket))]++
 			}
 			lo, hi := k, 0
 			for _, n := range per {

@@ -116,21 +116,6 @@ func (e *env) checkBuckets(sale string) saletest.Buckets {
 	return l
 }
 
-// primaryOf is the address of the primary that holds key, on a cluster;
-// "" on one Redis.
-func primaryOf(t testing.TB, rdb redis.UniversalClient, key string) string {
-	t.Helper()
-	cc, ok := rdb.(*redis.ClusterClient)
-	if !ok {
-		return ""
-	}
-	node, err := cc.MasterForKey(context.Background(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return node.Options().Addr
-}
-
 // waitFor polls cond until it holds, failing the test after 20 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()

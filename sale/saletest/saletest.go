@@ -430,6 +430,21 @@ func Burst(n, workers int, f func(i int)) {
 	wg.Wait()
 }
 
+// PrimaryOf is the address of the primary that holds key, on a cluster;
+// "" on one Redis.
+func PrimaryOf(t testing.TB, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.Options().Addr
+}
+
 func atoi(s string) int {
 	n := 0
 	for _, c := range s {
