@@ -18,7 +18,11 @@ import (
 // value uses 100ms and 5s. It is not safe for concurrent use.
 type Backoff struct {
 	Min, Max time.Duration
-	n        int
+	// Tries, when above 0, is how many attempts Until makes at most: after
+	// that many failures it returns the last one's error, without waiting
+	// again. 0 bounds the attempts by ctx only. Next ignores it.
+	Tries int
+	n     int
 }
 
 // Next returns the delay before the next attempt and advances.
@@ -74,18 +78,22 @@ func Stop(err error) error {
 }
 
 // Until calls attempt until it returns nil, an error made with Stop (which
-// Until returns unwrapped), or ctx ends (Until then returns ctx's error,
+// Until returns unwrapped), b.Tries attempts have failed (Until returns the
+// last one's error as it is), or ctx ends (Until then returns ctx's error,
 // joined with the last attempt's). Between attempts it waits b.Next() and
 // calls notify, when not nil, with the failed attempt's error and the delay.
 // It blocks; it is safe for concurrent use when each caller has its own b.
 func Until(ctx context.Context, b Backoff, attempt func(context.Context) error, notify func(err error, next time.Duration)) error {
-	for {
+	for tries := 1; ; tries++ {
 		err := attempt(ctx)
 		if err == nil {
 			return nil
 		}
 		if s, ok := errors.AsType[stop](err); ok {
 			return s.err
+		}
+		if tries == b.Tries {
+			return err
 		}
 		if ctx.Err() != nil {
 			return errors.Join(ctx.Err(), err)

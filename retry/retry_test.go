@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -89,5 +90,63 @@ func TestUntil(t *testing.T) {
 	}
 	if Stop(nil) != nil {
 		t.Error("Stop(nil) is not nil")
+	}
+}
+
+// Backoff.Tries bounds the attempts: the last failure's error comes back as
+// it is, with no wait (and no notify) after it; a success or a Stop before
+// the bound ends the loop as without one.
+func TestUntilTries(t *testing.T) {
+	errFatal := errors.New("fatal")
+	tests := []struct {
+		name     string
+		tries    int
+		attempt  func(n int) error
+		wantN    int
+		wantErr  string // "" for nil
+		notifies int
+	}{
+		{name: "gives up after Tries failures with the last error", tries: 3,
+			attempt: func(n int) error { return fmt.Errorf("flaky %d", n) }, wantN: 3, wantErr: "flaky 3", notifies: 2},
+		{name: "one try is one attempt and no wait", tries: 1,
+			attempt: func(n int) error { return fmt.Errorf("flaky %d", n) }, wantN: 1, wantErr: "flaky 1", notifies: 0},
+		{name: "a success before the bound", tries: 3, attempt: func(n int) error {
+			if n < 3 {
+				return fmt.Errorf("flaky %d", n)
+			}
+			return nil
+		}, wantN: 3, notifies: 2},
+		{name: "a stop before the bound", tries: 5, attempt: func(n int) error {
+			if n == 2 {
+				return Stop(errFatal)
+			}
+			return fmt.Errorf("flaky %d", n)
+		}, wantN: 2, wantErr: "fatal", notifies: 1},
+		{name: "no bound: as many as it takes", tries: 0, attempt: func(n int) error {
+			if n < 7 {
+				return fmt.Errorf("flaky %d", n)
+			}
+			return nil
+		}, wantN: 7, notifies: 6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Backoff{Min: time.Millisecond, Max: 2 * time.Millisecond, Tries: tc.tries}
+			n, notified := 0, 0
+			err := Until(context.Background(), b, func(context.Context) error { n++; return tc.attempt(n) },
+				func(error, time.Duration) { notified++ })
+			if n != tc.wantN {
+				t.Errorf("attempts = %d, want %d", n, tc.wantN)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("err = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Errorf("err = %v, want exactly %q (the last attempt's, not joined)", err, tc.wantErr)
+			}
+			if notified != tc.notifies {
+				t.Errorf("notified %d times, want %d", notified, tc.notifies)
+			}
+		})
 	}
 }
