@@ -25,6 +25,11 @@
 // file deleted) cannot turn the loss of Redis's script cache into an
 // outage (DESIGN.md, invariant 12). Compare tells whether the folder still
 // holds the set in use.
+//
+// Each script's reply is decoded in one place, by the typed call of its
+// shape (Loader.Reserve, Admin, Ping, Order, Sweep, Move, Repair, Mark):
+// a reply of another shape is an error wrapping ErrReply, never a value
+// read.
 package scripts
 
 import (
@@ -257,14 +262,15 @@ func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
 		}
 		var held []any
 		for i, c := range cmds {
-			v, err := c.Slice()
+			v, err := c.Result()
 			if err != nil {
 				return n, fmt.Errorf("scripts: hold pass: sale %s: %w", chunk[i], err)
 			}
-			if len(v) != 2 {
-				return n, fmt.Errorf("scripts: hold pass: sale %s: reply %v", chunk[i], v)
+			h, err := decodeHold(v)
+			if err != nil {
+				return n, fmt.Errorf("scripts: hold pass: sale %s: %w", chunk[i], replyError(Hold, err))
 			}
-			if h, _ := v[0].(int64); h == 1 {
+			if h {
 				held = append(held, chunk[i])
 			}
 		}
@@ -355,7 +361,10 @@ func (l *Loader) Stats() Stats {
 // ErrNotLoaded is returned by Run before the first successful Load.
 var ErrNotLoaded = errors.New("scripts: not loaded")
 
-// Run calls the named script with EVALSHA and returns its reply. On
+// Run calls the named script with EVALSHA and returns its reply, as
+// go-redis read it; the typed calls (Reserve, Admin, Ping, Order, Sweep,
+// Move, Repair, Mark) run a script through Run and decode its reply, and
+// are what callers use. On
 // NOSCRIPT (counted in Stats.NoScript) it loads the set in use again, from
 // the sources the Loader keeps and hold pass first, unless another call has
 // done so since this one began, and calls once more, up to noscriptTries

@@ -1,0 +1,303 @@
+package scripts
+
+import (
+	"testing"
+
+	"github.com/flashgate/flashgate/order"
+)
+
+// Invariant 7: a reply the caller cannot read promises nothing. Each
+// decoder takes the shape its script answers and refuses any other: a
+// mistyped code once read as 0, accepted. (The rows of gateway's
+// TestDecodeReserve, TestDecodeAdmin and TestDecodeOrderReplies, which
+// decoded these replies there.)
+func TestDecodeReserve(t *testing.T) {
+	tests := []struct {
+		name  string
+		reply any
+		n     int        // reservations sent
+		want  []Reserved // nil: the reply is refused
+	}{
+		{"accepted and sold out", []any{int64(0), "o1", int64(0), int64(6), "", int64(0)}, 2,
+			[]Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}}},
+		{"accepted with a pay_by", []any{int64(0), "o1", int64(1735689600123)}, 1,
+			[]Reserved{{OrderID: "o1", PayBy: 1735689600123}}},
+		{"accepted, sold out, pending", []any{int64(0), "o1", int64(0), int64(6), "", int64(0), int64(0), "o2", int64(99)}, 3,
+			[]Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}, {OrderID: "o2", PayBy: 99}}},
+		{"limit reached", []any{int64(5), "", int64(0)}, 1, []Reserved{{Code: CodeLimitReached}}},
+		// The shape is right; what the code means is the caller's.
+		{"unknown code", []any{int64(99), "", int64(0)}, 1, []Reserved{{Code: 99}}},
+		{"order id collision", []any{int64(CodeOrderIDCollision), "o1", int64(0)}, 1,
+			[]Reserved{{Code: CodeOrderIDCollision, OrderID: "o1"}}},
+		{"no reservation", []any{}, 0, []Reserved{}},
+		{"code as a string", []any{"0", "o1", int64(0)}, 1, nil},
+		{"code as nil", []any{nil, "o1", int64(0)}, 1, nil},
+		{"second code mistyped", []any{int64(0), "o1", int64(0), "6", "", int64(0)}, 2, nil},
+		{"order id as an integer", []any{int64(0), int64(0), int64(0)}, 1, nil},
+		{"accepted without an order id", []any{int64(0), "", int64(0)}, 1, nil},
+		{"pay_by as a string", []any{int64(0), "o1", "0"}, 1, nil},
+		{"pay_by negative", []any{int64(0), "o1", int64(-1)}, 1, nil},
+		{"short", []any{int64(0), "o1"}, 1, nil},
+		{"empty", []any{}, 1, nil},
+		{"long", []any{int64(0), "o1", int64(0), int64(0), "o2", int64(0)}, 1, nil},
+		{"not an array", "OK", 1, nil},
+		{"nil", nil, 1, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := decodeReserve(tc.reply, tc.n)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("decodeReserve(%#v, %d) took it: %d outcomes", tc.reply, tc.n, r.Len())
+				}
+				if r.Len() != 0 {
+					t.Errorf("a refused reply has %d outcomes", r.Len())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("decodeReserve(%#v, %d): %v", tc.reply, tc.n, err)
+			}
+			if r.Len() != len(tc.want) {
+				t.Fatalf("%d outcomes, want %d", r.Len(), len(tc.want))
+			}
+			for i, want := range tc.want {
+				if got := r.At(i); got != want {
+					t.Errorf("outcome %d = %+v, want %+v", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+// The reserve reply is decoded per batch on the buy path: reading it
+// allocates nothing.
+func TestDecodeReserveAllocs(t *testing.T) {
+	reply := any([]any{int64(0), "o1", int64(0), int64(6), "", int64(0), int64(0), "o2", int64(99)})
+	var sum int64
+	allocs := testing.AllocsPerRun(1000, func() {
+		r, err := decodeReserve(reply, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range r.Len() {
+			sum += r.At(i).PayBy + int64(len(r.At(i).OrderID))
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("decoding a reserve reply allocates %.1f times, want 0", allocs)
+	}
+	_ = sum
+}
+
+// The admin script's reply: eighteen integers or an error.
+func TestDecodeAdmin(t *testing.T) {
+	good := func() []any {
+		return []any{int64(0), int64(1), int64(1700000000000), int64(10), int64(3), int64(2), int64(1),
+			int64(5), int64(6), int64(2), int64(1), int64(60), int64(1), int64(7), int64(8), int64(9), int64(4), int64(11)}
+	}
+	want := AdminReply{Code: CodeOK, Created: true, Now: 1700000000000, Stock: 10, Sold: 3, Limit: 2, Locked: true,
+		StartsAt: 5, EndsAt: 6, Buyers: 2, Outbox: 1, Window: 60, Pending: 1, Paid: 7, Cancelled: 8, Expired: 9,
+		Buckets: 4, Moved: 11}
+	if got, err := decodeAdmin(good()); err != nil || got != want {
+		t.Fatalf("decodeAdmin(good) = %+v, %v; want %+v", got, err, want)
+	}
+	refused := func() []any { a := good(); a[0], a[1], a[6] = int64(CodeStockBelowSold), int64(0), int64(0); return a }
+	if got, err := decodeAdmin(refused()); err != nil || got.Code != CodeStockBelowSold || got.Created || got.Locked || got.Sold != 3 {
+		t.Fatalf("decodeAdmin(refused) = %+v, %v", got, err)
+	}
+	tests := []struct {
+		name  string
+		reply func() any
+	}{
+		{"code as a string", func() any { a := good(); a[0] = "0"; return a }},
+		{"stock as a string", func() any { a := good(); a[3] = "10"; return a }},
+		{"element nil", func() any { a := good(); a[10] = nil; return a }},
+		{"short", func() any { return good()[:15] }},
+		{"eleven, as before payment windows", func() any { return good()[:11] }},
+		{"sixteen, as before buckets", func() any { return good()[:16] }},
+		{"long", func() any { return append(good(), int64(0)) }},
+		{"not an array", func() any { return "pong" }},
+		{"nil", func() any { return nil }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, err := decodeAdmin(tc.reply()); err == nil || got != (AdminReply{}) {
+				t.Errorf("decodeAdmin = %+v, %v; want an error and nothing read", got, err)
+			}
+		})
+	}
+}
+
+func TestDecodePing(t *testing.T) {
+	if _, err := decodePing("pong"); err != nil {
+		t.Errorf("decodePing(pong): %v", err)
+	}
+	for name, v := range map[string]any{
+		"another string": "PONG",
+		"an admin view":  []any{int64(0)},
+		"nil":            nil,
+		"bytes":          []byte("pong"),
+	} {
+		if _, err := decodePing(v); err == nil {
+			t.Errorf("decodePing(%s) took it", name)
+		}
+	}
+}
+
+// The order script's replies to pay, cancel and get: any shape but the one
+// it answers is an error, never an order made up.
+func TestDecodeOrder(t *testing.T) {
+	rec := "q:P:2000:1000:1:u"
+	got, err := decodeOrder([]any{int64(0), rec, int64(1500), int64(1)})
+	want := OrderReply{Code: CodeOK, Record: Record{State: order.StatePendingPayment, PayBy: 2000, ReservedAt: 1000,
+		Quantity: 1, UserID: "u"}, Now: 1500, Changed: true}
+	if err != nil || got != want {
+		t.Errorf("decodeOrder(good) = %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := decodeOrder([]any{int64(CodeOrderPaid), "c:D:2000:1000:2:u", int64(1500), int64(0)}); err != nil ||
+		got.Code != CodeOrderPaid || !got.Record.Created || got.Record.State != order.StatePaid || got.Changed {
+		t.Errorf("decodeOrder(paid) = %+v, %v", got, err)
+	}
+	got, err = decodeOrder([]any{int64(CodeOrderNotFound), "", int64(1), int64(1)})
+	if err != nil || got != (OrderReply{Code: CodeOrderNotFound, Now: 1}) {
+		t.Errorf("decodeOrder(not found) = %+v, %v; want the code, the time, no record, not changed", got, err)
+	}
+	for name, v := range map[string]any{
+		"short":               []any{int64(0), rec, int64(1)},
+		"long":                []any{int64(0), rec, int64(1), int64(0), int64(0)},
+		"code as a string":    []any{"0", rec, int64(1), int64(0)},
+		"record as a number":  []any{int64(0), int64(5), int64(1), int64(0)},
+		"now as a string":     []any{int64(0), rec, "1", int64(0)},
+		"changed as a string": []any{int64(0), rec, int64(1), "1"},
+		"bad record":          []any{int64(0), "q:1", int64(1), int64(0)},
+		"accepted, no record": []any{int64(0), "", int64(1), int64(0)},
+		"repairing":           []any{int64(CodeRepairing), "", int64(1), int64(0)},
+		"not an array":        "OK",
+		"nil":                 nil,
+	} {
+		if got, err := decodeOrder(v); err == nil || got != (OrderReply{}) {
+			t.Errorf("decodeOrder(%s) = %+v, %v; want an error and nothing read", name, got, err)
+		}
+	}
+}
+
+// The sweep's reply: now, next and pairs of an order id and its pay_by.
+func TestDecodeSweep(t *testing.T) {
+	if s, err := decodeSweep([]any{int64(5), int64(0), "o1", int64(3)}); err != nil || s.Now != 5 || s.Next != 0 ||
+		len(s.Expired) != 1 || s.Expired[0] != (Expiry{OrderID: "o1", PayBy: 3}) {
+		t.Errorf("decodeSweep(good) = %+v %v", s, err)
+	}
+	if s, err := decodeSweep([]any{int64(5), int64(9)}); err != nil || s.Now != 5 || s.Next != 9 || s.Expired != nil {
+		t.Errorf("decodeSweep(none expired) = %+v %v", s, err)
+	}
+	for name, v := range map[string]any{
+		"odd":              []any{int64(5), int64(0), "o1"},
+		"short":            []any{int64(5)},
+		"empty":            []any{},
+		"id as a number":   []any{int64(5), int64(0), int64(1), int64(3)},
+		"pay_by as string": []any{int64(5), int64(0), "o1", "3"},
+		"now as a string":  []any{"5", int64(0)},
+		"next as a string": []any{int64(5), "0"},
+		"an order reply":   []any{int64(0), "q:P:2000:1000:1:u", int64(1500), int64(1)},
+		"not an array":     "OK",
+	} {
+		if s, err := decodeSweep(v); err == nil || s.Expired != nil || s.Now != 0 {
+			t.Errorf("decodeSweep(%s) = %+v, %v; want an error and nothing read", name, s, err)
+		}
+	}
+}
+
+// The move script's reply {code, n}, n never negative (the rule of
+// gateway/buckets.go's move, which read it there).
+func TestDecodeMove(t *testing.T) {
+	if m, err := decodeMove([]any{int64(0), int64(7)}); err != nil || m != (MoveReply{Code: CodeOK, N: 7}) {
+		t.Errorf("decodeMove(good) = %+v, %v", m, err)
+	}
+	if m, err := decodeMove([]any{int64(CodeRepairing), int64(0)}); err != nil || m != (MoveReply{Code: CodeRepairing}) {
+		t.Errorf("decodeMove(repairing) = %+v, %v", m, err)
+	}
+	for name, v := range map[string]any{
+		"negative units":   []any{int64(0), int64(-1)},
+		"code as a string": []any{"0", int64(1)},
+		"units as string":  []any{int64(0), "1"},
+		"short":            []any{int64(0)},
+		"long":             []any{int64(0), int64(1), int64(2)},
+		"not an array":     int64(0),
+		"nil":              nil,
+	} {
+		if m, err := decodeMove(v); err == nil || m != (MoveReply{}) {
+			t.Errorf("decodeMove(%s) = %+v, %v; want an error and nothing read", name, m, err)
+		}
+	}
+}
+
+// The repair script's reply {held, changed, raised} (read by hand in
+// repair/repair.go before, where a mistyped element read as 0).
+func TestDecodeRepair(t *testing.T) {
+	if r, err := decodeRepair([]any{int64(1), int64(4), int64(2)}); err != nil || r != (RepairReply{Applied: true, Changed: 4, Raised: 2}) {
+		t.Errorf("decodeRepair(applied) = %+v, %v", r, err)
+	}
+	if r, err := decodeRepair([]any{int64(0), int64(0), int64(0)}); err != nil || r != (RepairReply{}) {
+		t.Errorf("decodeRepair(not held) = %+v, %v", r, err)
+	}
+	for name, v := range map[string]any{
+		"held as a string":    []any{"1", int64(4), int64(2)},
+		"changed as a string": []any{int64(1), "4", int64(2)},
+		"raised nil":          []any{int64(1), int64(4), nil},
+		"short":               []any{int64(1), int64(4)},
+		"long":                []any{int64(1), int64(4), int64(2), int64(0)},
+		"not an array":        "OK",
+	} {
+		if r, err := decodeRepair(v); err == nil || r != (RepairReply{}) {
+			t.Errorf("decodeRepair(%s) = %+v, %v; want an error and nothing read", name, r, err)
+		}
+	}
+}
+
+// The mark script's (and the relay's remove script's) reply: a count.
+func TestDecodeCount(t *testing.T) {
+	for _, n := range []int64{0, 3} {
+		if got, err := decodeCount(n); err != nil || got != n {
+			t.Errorf("decodeCount(%d) = %d, %v", n, got, err)
+		}
+	}
+	for name, v := range map[string]any{
+		"negative":   int64(-1),
+		"a string":   "3",
+		"an array":   []any{int64(3)},
+		"nil":        nil,
+		"a float":    3.0,
+		"an integer": 3, // go-redis answers int64, never int
+	} {
+		if got, err := decodeCount(v); err == nil || got != 0 {
+			t.Errorf("decodeCount(%s) = %d, %v; want an error", name, got, err)
+		}
+	}
+}
+
+// The hold script's reply {held, run id}.
+func TestDecodeHold(t *testing.T) {
+	for _, tc := range []struct {
+		v    []any
+		want bool
+	}{
+		{[]any{int64(1), "abc"}, true},
+		{[]any{int64(0), "abc"}, false},
+	} {
+		if got, err := decodeHold(tc.v); err != nil || got != tc.want {
+			t.Errorf("decodeHold(%#v) = %v, %v; want %v", tc.v, got, err, tc.want)
+		}
+	}
+	for name, v := range map[string]any{
+		"held as a string": []any{"1", "abc"},
+		"no run id":        []any{int64(1)},
+		"run id a number":  []any{int64(1), int64(2)},
+		"long":             []any{int64(1), "abc", int64(0)},
+		"not an array":     int64(1),
+	} {
+		if got, err := decodeHold(v); err == nil || got {
+			t.Errorf("decodeHold(%s) = %v, %v; want an error and not held", name, got, err)
+		}
+	}
+}
