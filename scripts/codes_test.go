@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,8 +123,13 @@ func TestLuaCodesChecker(t *testing.T) {
 // code is returned by some script.
 func TestShippedLuaCodes(t *testing.T) {
 	files, err := fs.Glob(builtin, "lua/*.lua")
-	if err != nil || len(files) != len(names) {
-		t.Fatalf("embedded scripts %v (%v), want %d", files, err, len(names))
+	var want []string
+	for _, name := range append(Names(), Remove) {
+		want = append(want, "lua/"+name+".lua")
+	}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(files, want) {
+		t.Fatalf("embedded scripts %v (%v), want %v: the set and remove", files, err, want)
 	}
 	used := map[Code]bool{}
 	for _, f := range files {

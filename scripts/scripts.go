@@ -29,7 +29,8 @@
 // Each script's reply is decoded in one place, by the typed call of its
 // shape (Loader.Reserve, Admin, Ping, Order, Sweep, Move, Repair, Mark):
 // a reply of another shape is an error wrapping ErrReply, never a value
-// read.
+// read. The relay's remove script (Loader.Remove) is outside the set: see
+// Remove.
 package scripts
 
 import (

@@ -1,7 +1,8 @@
 -- remove: deletes outbox entries whose orders RabbitMQ has confirmed, for
--- the relay; not one of the set Loader loads, since it can sell nothing and
--- is right whatever state Redis is in (go-redis runs it by its SHA, loading
--- it when a Redis does not know it).
+-- the relay; not one of the set Loader loads and swaps, since it can sell
+-- nothing and is right whatever state Redis is in (Loader.Remove runs it by
+-- its SHA, always the built-in copy, and sends it where a Redis does not
+-- know it; a scripts.dir folder need not hold it).
 --
 -- KEYS[1] outbox stream, KEYS[2] meta hash of the same sale
 -- ARGV[1] the relay's consumer group, then pairs: an entry id, and the
