@@ -47,6 +47,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/retry"
 )
 
 // Names of the scripts every set must have.
@@ -150,36 +152,54 @@ func (l *Loader) Load(ctx context.Context) ([]Script, error) {
 	return l.Scripts(), nil
 }
 
+// loadTries is how many times load runs the hold pass and the loading
+// when a primary's run id changed meanwhile (a restart or a failover in
+// between, after which the pass must run again on the new process).
+const loadTries = 3
+
+// errRestarted is what an attempt of load meets when a primary's run id
+// changed during it.
+var errRestarted = errors.New("a primary restarted during the load")
+
 // load runs the hold pass with srcs' hold script, loads srcs and makes them
-// the set in use, read at readAt. The caller holds loadMu.
+// the set in use, read at readAt. An attempt during which a primary
+// restarted is made again, up to loadTries, after a short pause (retry's
+// backoff: a restarting or failing-over Redis may not have settled); any
+// other failure ends the load at once. The caller holds loadMu.
 func (l *Loader) load(ctx context.Context, srcs map[string]string, readAt time.Time) error {
-	for attempt := 0; ; attempt++ {
-		before, err := l.runIDs(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := l.holdPass(ctx, srcs[Hold]); err != nil {
-			return err
-		}
-		s, err := l.loadSet(ctx, srcs)
-		if err != nil {
-			return err
-		}
-		after, err := l.runIDs(ctx)
-		if err != nil {
-			return err
-		}
-		if slices.Equal(before, after) {
+	err := retry.Until(ctx, retry.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond, Tries: loadTries},
+		func(ctx context.Context) error {
+			before, err := l.runIDs(ctx)
+			if err != nil {
+				return retry.Stop(err)
+			}
+			if _, err := l.holdPass(ctx, srcs[Hold]); err != nil {
+				return retry.Stop(err)
+			}
+			s, err := l.loadSet(ctx, srcs)
+			if err != nil {
+				return retry.Stop(err)
+			}
+			after, err := l.runIDs(ctx)
+			if err != nil {
+				return retry.Stop(err)
+			}
+			if !slices.Equal(before, after) {
+				return errRestarted
+			}
 			s.srcs, s.readAt = srcs, readAt
 			l.cur.Store(s)
 			l.gen.Add(1)
 			l.reloads.Add(1)
 			return nil
+		}, nil)
+	if errors.Is(err, errRestarted) {
+		if ctx.Err() == nil {
+			return fmt.Errorf("scripts: load: Redis restarted during each of %d attempts", loadTries)
 		}
-		if attempt == 2 {
-			return fmt.Errorf("scripts: load: Redis restarted during each of %d attempts", attempt+1)
-		}
+		return fmt.Errorf("scripts: load: %w", err)
 	}
+	return err
 }
 
 // loadSet loads every script with SCRIPT LOAD (on every primary of a
@@ -244,7 +264,11 @@ func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
 		chunk := sales[start:min(start+holdChunk, len(sales))]
 		cmds := make([]*redis.Cmd, len(chunk))
 		// The hold script is loaded before each chunk: a SCRIPT FLUSH may
-		// come at any time, and a chunk that meets one is asked again.
+		// come at any time, and a chunk that meets one is asked again, at
+		// once: the remedy is the load, not time, so there is no backoff
+		// to wait (nor retry.Until, whose pauses are for a server coming
+		// back), and the pass may run under loadMu, which every NOSCRIPT
+		// of the process waits for.
 		for try := 0; ; try++ {
 			if err := rs.Load(ctx, l.rdb).Err(); err != nil {
 				if redis.HasErrorPrefix(err, compileError) {
@@ -387,7 +411,9 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 	}
 	v, err := sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
 	// Another flush may come between the load and the call (each is a
-	// NOSCRIPT again): a few rounds, each bounded by ctx.
+	// NOSCRIPT again): a few rounds, each bounded by ctx. A round follows
+	// the last at once, not after a pause (so not retry.Until): the remedy
+	// of a NOSCRIPT is the load, not time, and a buyer waits on the call.
 	for try := 0; try < noscriptTries && redis.HasErrorPrefix(err, "NOSCRIPT"); try++ {
 		l.noscript.Add(1)
 		if err = l.reloadSince(ctx, gen); err != nil {
