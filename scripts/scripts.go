@@ -336,24 +336,6 @@ func (l *Loader) runIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ForEachPrimary calls fn for every primary of a Redis Cluster, at once,
-// or for rdb itself when it is one Redis. It returns the first error, and
-// the cluster's when it cannot list its primaries.
-func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.Cmdable, addr string) error) error {
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return fn(ctx, node, node.Options().Addr)
-		})
-	case *redis.Client:
-		return fn(ctx, c, c.Options().Addr)
-	case nil:
-		return errors.New("no Redis client")
-	default:
-		return fn(ctx, c, "redis")
-	}
-}
-
 func (l *Loader) read(name string) (string, error) {
 	var b []byte
 	var err error

@@ -1,19 +1,17 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // parseConfig parses the flags every long-running subcommand shares and
@@ -70,50 +68,17 @@ func newLogger(cfg *config.Config) (*zap.Logger, error) {
 	return zc.Build()
 }
 
-// newRedis builds the Redis client: one node, or a cluster when more than one
-// address is configured. Timeouts are those of the buy path: a call that
-// cannot finish within redis.timeout fails, it never hangs. With one
-// address, every new connection first asks the server whether it is a
-// node of a Redis Cluster, and refuses it if so (errClusterNode): a client
-// of one node of a cluster would reach only that node's slots, and every
-// sale elsewhere would answer MOVED, that is 503, while the others work.
+// newRedis builds the process's Redis client from its settings
+// (scripts.NewClient of scripts.ClientOptions): one Redis, or a cluster when
+// more than one address is configured; one address that is a node of a
+// cluster is refused at the first connection (errClusterNode).
 func newRedis(cfg *config.Config) redis.UniversalClient {
-	t := cfg.Redis.Timeout
-	cluster := len(cfg.Redis.Addrs) > 1
-	opt := &redis.UniversalOptions{
-		Addrs:                 cfg.Redis.Addrs,
-		Username:              cfg.Redis.Username,
-		Password:              cfg.Redis.Password,
-		DialTimeout:           t,
-		ReadTimeout:           t,
-		WriteTimeout:          t,
-		PoolTimeout:           t,
-		ContextTimeoutEnabled: true,
-		PoolSize:              cfg.Redis.PoolSize,
-		MaxRetries:            2,
-		IsClusterMode:         cluster,
-	}
-	if !cluster {
-		opt.OnConnect = refuseClusterNode
-	}
-	return redis.NewUniversalClient(opt)
+	return scripts.NewClient(scripts.ClientOptions(cfg.Redis))
 }
 
 // errClusterNode is the error of every command of a one-address client
 // whose server is a Redis Cluster node.
-var errClusterNode = errors.New("this Redis is a node of a Redis Cluster, but FLASHGATE_REDIS_ADDRS (redis.addrs) " +
-	"has one address, which means one Redis: list two or more of the cluster's nodes")
-
-// refuseClusterNode is the OnConnect of a one-address client: one INFO
-// round trip per new connection. A server or proxy that answers no INFO
-// is taken as it is.
-func refuseClusterNode(ctx context.Context, cn *redis.Conn) error {
-	info, err := cn.Info(ctx, "cluster").Result()
-	if err == nil && strings.Contains(info, "cluster_enabled:1") {
-		return errClusterNode
-	}
-	return nil
-}
+var errClusterNode = scripts.ErrClusterNode
 
 func logSettings(log *zap.Logger, cfg *config.Config) {
 	fields := cfg.Fields()
