@@ -1,4 +1,4 @@
-package broker
+package broker_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 )
 
@@ -45,16 +46,16 @@ func testAMQP(t *testing.T) config.AMQP {
 	c.Queue = c.Exchange
 	c.DeliveryLimit = 2
 	t.Cleanup(func() {
-		localstack.DropTopology(t, c.URL, []string{c.Queue, DeadLetter(c.Queue)}, []string{c.Exchange, DeadLetter(c.Exchange)})
+		localstack.DropTopology(t, c.URL, []string{c.Queue, broker.DeadLetter(c.Queue)}, []string{c.Exchange, broker.DeadLetter(c.Exchange)})
 	})
 	return c
 }
 
-func open(t *testing.T, c config.AMQP) *Session {
+func open(t *testing.T, c config.AMQP) *broker.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	s, err := Open(ctx, c, "broker test")
+	s, err := broker.Open(ctx, c, "broker test")
 	if err != nil {
 		t.Fatalf("RabbitMQ at %s (run `make up`): %v", c.URL, err)
 	}
@@ -85,13 +86,13 @@ func TestTopologyIsIdempotentAndDeadLetters(t *testing.T) {
 	c := testAMQP(t)
 	s := open(t, c)
 	s2 := open(t, c) // declares the same topology again
-	if err := Declare(s2.Channel, c); err != nil {
+	if err := broker.Declare(s2.Channel, c); err != nil {
 		t.Fatalf("declaring twice: %v", err)
 	}
-	if err := s.Channel.Publish(c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("bad"), DeliveryMode: amqp.Persistent}); err != nil {
+	if err := s.Channel.Publish(c.Exchange, broker.RoutingKey, true, false, amqp.Publishing{Body: []byte("bad"), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Channel.Publish(c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("retried"), DeliveryMode: amqp.Persistent}); err != nil {
+	if err := s.Channel.Publish(c.Exchange, broker.RoutingKey, true, false, amqp.Publishing{Body: []byte("retried"), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -103,7 +104,7 @@ func TestTopologyIsIdempotentAndDeadLetters(t *testing.T) {
 	if err := d.Nack(false, false); err != nil {
 		t.Fatal(err)
 	}
-	if d := get(t, s.Channel, DeadLetter(c.Queue)); string(d.Body) != "bad" {
+	if d := get(t, s.Channel, broker.DeadLetter(c.Queue)); string(d.Body) != "bad" {
 		t.Fatalf("dead-letter queue holds %q", d.Body)
 	} else {
 		_ = d.Ack(false)
@@ -119,7 +120,7 @@ func TestTopologyIsIdempotentAndDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := get(t, s.Channel, DeadLetter(c.Queue)); string(d.Body) != "retried" {
+	if d := get(t, s.Channel, broker.DeadLetter(c.Queue)); string(d.Body) != "retried" {
 		t.Fatalf("dead-letter queue holds %q", d.Body)
 	}
 }
@@ -137,12 +138,12 @@ func TestConflictingQueueArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Declare(ch, other); !errors.Is(err, ErrQueueArgs) {
+	if err := broker.Declare(ch, other); !errors.Is(err, broker.ErrQueueArgs) {
 		t.Fatalf("Declare with another delivery limit: %v, want ErrQueueArgs", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	s, err := Open(ctx, other, "broker test")
+	s, err := broker.Open(ctx, other, "broker test")
 	if err != nil {
 		t.Fatalf("Open with another delivery limit: %v", err)
 	}
@@ -151,7 +152,7 @@ func TestConflictingQueueArgs(t *testing.T) {
 		t.Error("no warning about the queue's arguments")
 	}
 	// The session works: a message published to the exchange reaches the queue.
-	if err := s.Channel.PublishWithContext(ctx, c.Exchange, RoutingKey, true, false, amqp.Publishing{Body: []byte("still works")}); err != nil {
+	if err := s.Channel.PublishWithContext(ctx, c.Exchange, broker.RoutingKey, true, false, amqp.Publishing{Body: []byte("still works")}); err != nil {
 		t.Fatal(err)
 	}
 	if d := get(t, s.Channel, c.Queue); string(d.Body) != "still works" {
@@ -184,7 +185,7 @@ func TestOpenFailsFast(t *testing.T) {
 	c.URL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens there
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := Open(ctx, c, "broker test"); err == nil {
+	if _, err := broker.Open(ctx, c, "broker test"); err == nil {
 		t.Fatal("Open succeeded")
 	}
 }

@@ -1,4 +1,4 @@
-package broker
+package broker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -33,7 +34,7 @@ func (p *pauses) all() []time.Duration {
 }
 
 // runLoop runs l until ctx ends, bounded in time.
-func runLoop(t *testing.T, ctx context.Context, l *Loop, serve func(ctx context.Context, s *Session) error) {
+func runLoop(t *testing.T, ctx context.Context, l *broker.Loop, serve func(ctx context.Context, s *broker.Session) error) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -55,12 +56,12 @@ func TestLoopReconnectsAndBacksOff(t *testing.T) {
 	c := testAMQP(t)
 	core, logs := observer.New(zap.InfoLevel)
 	p := &pauses{}
-	l := &Loop{AMQP: c, Name: "loop test", Log: zap.New(core), Lost: "the test's work goes back",
+	l := &broker.Loop{AMQP: c, Name: "loop test", Log: zap.New(core), Lost: "the test's work goes back",
 		Backoff: retry.Backoff{Min: 20 * time.Millisecond, Max: time.Second}, Pause: p.pause}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var sessions []*Session
-	runLoop(t, ctx, l, func(ctx context.Context, s *Session) error {
+	var sessions []*broker.Session
+	runLoop(t, ctx, l, func(ctx context.Context, s *broker.Session) error {
 		if !l.Connected() {
 			t.Error("Connected is false while a session serves")
 		}
@@ -118,13 +119,13 @@ func TestLoopCountsFailures(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	attempts := 0
-	l := &Loop{AMQP: c, Name: "loop test", Backoff: retry.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond},
+	l := &broker.Loop{AMQP: c, Name: "loop test", Backoff: retry.Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond},
 		Pause: func(ctx context.Context, d time.Duration) {
 			if attempts++; attempts == 3 {
 				cancel()
 			}
 		}}
-	runLoop(t, ctx, l, func(context.Context, *Session) error {
+	runLoop(t, ctx, l, func(context.Context, *broker.Session) error {
 		t.Error("serve called without a session")
 		return nil
 	})
@@ -140,7 +141,7 @@ func TestCloseAfter(t *testing.T) {
 	t.Run("closes the session once ctx has ended and grace has passed", func(t *testing.T) {
 		s := open(t, c)
 		ctx, cancel := context.WithCancel(context.Background())
-		defer CloseAfter(ctx, grace, s)()
+		defer broker.CloseAfter(ctx, grace, s)()
 		cancel()
 		select {
 		case <-s.Done():
@@ -157,7 +158,7 @@ func TestCloseAfter(t *testing.T) {
 	t.Run("stop before ctx ends keeps the session open", func(t *testing.T) {
 		s := open(t, c)
 		ctx, cancel := context.WithCancel(context.Background())
-		stop := CloseAfter(ctx, grace, s)
+		stop := broker.CloseAfter(ctx, grace, s)
 		if !stop() {
 			t.Fatal("stop reported the watchdog had started")
 		}

@@ -3,12 +3,9 @@ package localstack
 import (
 	"testing"
 
+	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
 )
-
-// deadLetter is broker.DeadLetter, which this package cannot import:
-// broker's own tests use it. TestDeadLetterIsBrokers holds the two together.
-func deadLetter(name string) string { return name + ".dead" }
 
 // Isolated returns config's defaults pointed at the tests' services
 // (RedisAddrs, AMQPURL, MySQLDSN) with a corner of them that no other test
@@ -27,8 +24,8 @@ func Isolated(tb testing.TB) *config.Config {
 	cfg.AMQP.Queue = "test.orders." + id
 	cfg.MySQL.DSN = MySQLDSN
 	tb.Cleanup(func() {
-		DropTopology(tb, cfg.AMQP.URL, []string{cfg.AMQP.Queue, deadLetter(cfg.AMQP.Queue)},
-			[]string{cfg.AMQP.Exchange, deadLetter(cfg.AMQP.Exchange)})
+		DropTopology(tb, cfg.AMQP.URL, []string{cfg.AMQP.Queue, broker.DeadLetter(cfg.AMQP.Queue)},
+			[]string{cfg.AMQP.Exchange, broker.DeadLetter(cfg.AMQP.Exchange)})
 		rdb := NewRedis(nil)
 		DropKeys(tb, rdb, cfg.Redis.KeyPrefix)
 		_ = rdb.Close()
