@@ -1,4 +1,4 @@
-package scripts
+package scripts_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // breakFolder is one way an operator can leave the folder after the set
@@ -28,18 +29,18 @@ type breakFolder struct {
 }
 
 var brokenFolders = []breakFolder{
-	{name: "syntax error in reserve", file: Reserve, src: "return {{{ not lua", compile: true, folder: FolderDiffers},
+	{name: "syntax error in reserve", file: scripts.Reserve, src: "return {{{ not lua", compile: true, folder: scripts.FolderDiffers},
 	// The hold pass runs before any SCRIPT LOAD: a hold script that does
 	// not compile is ErrCompile too (422, not 503), and the NOSCRIPT path
 	// must not run it.
-	{name: "syntax error in hold", file: Hold, src: "x(", compile: true, folder: FolderDiffers},
-	{name: "hold deleted", file: Hold, folder: FolderUnreadable},
-	{name: "reserve deleted", file: Reserve, folder: FolderUnreadable},
+	{name: "syntax error in hold", file: scripts.Hold, src: "x(", compile: true, folder: scripts.FolderDiffers},
+	{name: "hold deleted", file: scripts.Hold, folder: scripts.FolderUnreadable},
+	{name: "reserve deleted", file: scripts.Reserve, folder: scripts.FolderUnreadable},
 }
 
 // brk applies b to dir and checks that a reload is refused and keeps the
 // set in use (first).
-func (b breakFolder) brk(ctx context.Context, t *testing.T, l *Loader, dir string, first []Script) {
+func (b breakFolder) brk(ctx context.Context, t *testing.T, l *scripts.Loader, dir string, first []scripts.Script) {
 	t.Helper()
 	path := filepath.Join(dir, b.file+".lua")
 	if b.src == "" {
@@ -49,7 +50,7 @@ func (b breakFolder) brk(ctx context.Context, t *testing.T, l *Loader, dir strin
 	} else if err := os.WriteFile(path, []byte(b.src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Load(ctx); err == nil || errors.Is(err, ErrCompile) != b.compile {
+	if _, err := l.Load(ctx); err == nil || errors.Is(err, scripts.ErrCompile) != b.compile {
 		t.Fatalf("reload of the broken folder: %v; want an error, ErrCompile %v", err, b.compile)
 	}
 	if got := l.Scripts(); !reflect.DeepEqual(shas(got), shas(first)) {
@@ -60,7 +61,7 @@ func (b breakFolder) brk(ctx context.Context, t *testing.T, l *Loader, dir strin
 // checkInUse checks that the set in use is still first, loaded in Redis,
 // that the hold pass works (with the hold script of the set in use), and
 // that Compare tells the folder apart from it.
-func (b breakFolder) checkInUse(ctx context.Context, t *testing.T, l *Loader, rdb redis.Cmdable, first []Script) {
+func (b breakFolder) checkInUse(ctx context.Context, t *testing.T, l *scripts.Loader, rdb redis.Cmdable, first []scripts.Script) {
 	t.Helper()
 	if got := l.Scripts(); !reflect.DeepEqual(shas(got), shas(first)) {
 		t.Errorf("set in use after the NOSCRIPT: %v, want the old one %v", shas(got), shas(first))
@@ -102,7 +103,7 @@ func allTrue(n int) []bool {
 
 // seedSale registers a sale created under another Redis run than this
 // one's, as a restart leaves it: the next hold pass holds it.
-func seedSale(ctx context.Context, t *testing.T, rdb redis.Cmdable, keys Keys, sale string) {
+func seedSale(ctx context.Context, t *testing.T, rdb redis.Cmdable, keys scripts.Keys, sale string) {
 	t.Helper()
 	if err := rdb.HSet(ctx, keys.Meta(sale), "stock", 1, "sold", 0, "run", "0000").Err(); err != nil {
 		t.Fatal(err)
@@ -116,19 +117,19 @@ func seedSale(ctx context.Context, t *testing.T, rdb redis.Cmdable, keys Keys, s
 // folder, the loss of the script cache loads the set in use again, from
 // memory, hold pass first, and calls go on; the folder is not read.
 func TestNoScriptLoadsTheSetInUse(t *testing.T) {
-	rdb := testRedis(t)
+	rdb := localstack.Redis(t)
 	for _, b := range brokenFolders {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			dir := copyBuiltin(t)
-			keys := Keys{Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36)}
-			t.Cleanup(func() { rdb.Del(context.Background(), keys.Meta("s1"), keys.Sales(), keys.Held()) })
-			l := New(rdb, dir, keys)
+			keys := scripts.Keys{Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+			t.Cleanup(func() { localstack.DropKeys(t, rdb, keys.Prefix) })
+			l := scripts.New(rdb, dir, keys)
 			first, err := l.Load(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c := l.Compare(); c.Folder != FolderSame || c.ReadAt.IsZero() {
+			if c := l.Compare(); c.Folder != scripts.FolderSame || c.ReadAt.IsZero() {
 				t.Fatalf("Compare after the load: folder %q, read at %v; want same, a time", c.Folder, c.ReadAt)
 			}
 			b.brk(ctx, t, l, dir, first)
@@ -180,8 +181,8 @@ func TestRestartLoadsTheSetInUse(t *testing.T) {
 	for i, b := range brokenFolders {
 		t.Run(b.name, func(t *testing.T) {
 			dir := copyBuiltin(t)
-			keys := Keys{Prefix: "r" + strconv.Itoa(i)}
-			l := New(rdb, dir, keys)
+			keys := scripts.Keys{Prefix: "r" + strconv.Itoa(i)}
+			l := scripts.New(rdb, dir, keys)
 			first, err := l.Load(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package scripts
+package scripts_test
 
 import (
 	"context"
@@ -7,37 +7,22 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/scripts"
 )
 
-// testRedis is a client of the Redis of `make up` (FLASHGATE_REDIS_ADDRS
-// overrides it); it fails the test when Redis does not answer.
-func testRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	addr := "127.0.0.1:6379"
-	if a := os.Getenv("FLASHGATE_REDIS_ADDRS"); a != "" {
-		addr = strings.Split(a, ",")[0]
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s does not answer (run `make up`): %v", addr, err)
-	}
-	return rdb
-}
-
-// copyBuiltin writes the embedded scripts into a fresh folder.
+// copyBuiltin writes the built-in scripts (lua/, which the binary embeds)
+// into a fresh folder.
 func copyBuiltin(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, name := range names {
-		src, err := builtin.ReadFile("lua/" + name + ".lua")
+	for _, name := range scripts.Names() {
+		src, err := os.ReadFile(filepath.Join("lua", name+".lua"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,29 +33,29 @@ func copyBuiltin(t *testing.T) string {
 	return dir
 }
 
-func ping(ctx context.Context, l *Loader) (any, error) {
-	return l.Run(ctx, Admin, []string{"{_}:m", "{_}:u", "{_}:o"}, "ping", "_", "_")
+func ping(ctx context.Context, l *scripts.Loader) (any, error) {
+	return l.Run(ctx, scripts.Admin, []string{"{_}:m", "{_}:u", "{_}:o"}, "ping", "_", "_")
 }
 
 // A script Redis cannot compile is told apart by Redis's own answer (not by
 // a word in it), and the set in use stays as it was.
 func TestLoadCompileError(t *testing.T) {
 	ctx := t.Context()
-	rdb := testRedis(t)
+	rdb := localstack.Redis(t)
 	dir := copyBuiltin(t)
-	l := New(rdb, dir, Keys{Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36)})
-	if _, err := ping(ctx, l); !errors.Is(err, ErrNotLoaded) {
+	l := scripts.New(rdb, dir, scripts.Keys{Prefix: "t" + strconv.FormatInt(time.Now().UnixNano(), 36)})
+	if _, err := ping(ctx, l); !errors.Is(err, scripts.ErrNotLoaded) {
 		t.Fatalf("Run before Load: %v, want ErrNotLoaded", err)
 	}
 	first, err := l.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(first) != len(names) {
+	if len(first) != len(scripts.Names()) {
 		t.Fatalf("loaded %v", first)
 	}
 	for _, sc := range first {
-		src, err := builtin.ReadFile("lua/" + sc.Name + ".lua")
+		src, err := os.ReadFile(filepath.Join("lua", sc.Name+".lua"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,17 +74,17 @@ func TestLoadCompileError(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, Reserve+".lua")
+			path := filepath.Join(dir, scripts.Reserve+".lua")
 			if tc.src == "" {
 				os.Remove(path)
 			} else if err := os.WriteFile(path, []byte(tc.src), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			_, err := l.Load(ctx)
-			if err == nil || errors.Is(err, ErrCompile) != tc.compile {
+			if err == nil || errors.Is(err, scripts.ErrCompile) != tc.compile {
 				t.Fatalf("Load: %v; want an error, ErrCompile %v", err, tc.compile)
 			}
-			if tc.compile && !redis.HasErrorPrefix(err, compileError) {
+			if tc.compile && !redis.HasErrorPrefix(err, scripts.CompileError) {
 				t.Errorf("Load: %v does not carry Redis's error", err)
 			}
 			if got := l.Scripts(); !reflect.DeepEqual(shas(got), shas(first)) {
@@ -115,7 +100,7 @@ func TestLoadCompileError(t *testing.T) {
 	}
 }
 
-func shas(list []Script) []string {
+func shas(list []scripts.Script) []string {
 	var out []string
 	for _, s := range list {
 		out = append(out, s.Name+"="+s.SHA)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // Where the tests find the services: the local stack's, which are config's
@@ -101,12 +102,12 @@ func Database(tb testing.TB) string {
 // (CROSSSLOT) even by one node. It blocks until done or ctx ends and returns
 // the first error of Redis.
 func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	return ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	return scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, _ string) error {
 		return deleteOnNode(ctx, node, prefix)
 	})
 }
 
-func deleteOnNode(ctx context.Context, node redis.UniversalClient, prefix string) error {
+func deleteOnNode(ctx context.Context, node redis.Cmdable, prefix string) error {
 	iter := node.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	var keys []string
 	flush := func() error {
@@ -134,25 +135,28 @@ func deleteOnNode(ctx context.Context, node redis.UniversalClient, prefix string
 	return iter.Err()
 }
 
-// ForEachPrimary calls fn with a client of each primary of rdb's Redis
-// Cluster, concurrently, or with rdb itself when it is one Redis. What a
-// node-wide command (SCAN, SCRIPT FLUSH, INFO) says or does on one node is
-// then what the test means on the cluster. It returns the first error.
+// ForEachPrimary is scripts.ForEachPrimary with fn given each primary as a
+// redis.UniversalClient, as the tests written before it call it. It is
+// kept, without a Deprecated mark (which would fail the lint of its
+// callers), until they call scripts.ForEachPrimary, whose fn takes the
+// node as a redis.Cmdable and its address; new code calls that.
 func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.UniversalClient) error) error {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
-	}
-	return fn(ctx, rdb)
+	return scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, _ string) error {
+		// scripts.ForEachPrimary hands over a primary's *redis.Client, or
+		// rdb itself: a UniversalClient either way.
+		return fn(ctx, node.(redis.UniversalClient))
+	})
 }
 
 // Cluster reports whether the tests run on a Redis Cluster (RedisAddrs
 // holds several addresses).
 func Cluster() bool { return len(RedisAddrs) > 1 }
 
-// NewRedis returns a client as the binary builds it (cmd/flashgate's
-// newRedis) of o.Addrs, or of RedisAddrs when o names none: a cluster
-// client when there are several addresses, else a client of one Redis, with
-// o's other settings. The caller closes it. o may be nil.
+// NewRedis returns a client as the binary builds it (scripts.NewClient)
+// with o's settings, of o.Addrs, or of RedisAddrs when o names none: a
+// cluster client when there are several addresses, else a client of one
+// Redis, which refuses a node of a cluster. The caller closes it. o may be
+// nil (go-redis's defaults; scripts.ClientOptions are the binary's).
 func NewRedis(o *redis.UniversalOptions) redis.UniversalClient {
 	var opt redis.UniversalOptions
 	if o != nil {
@@ -161,9 +165,7 @@ func NewRedis(o *redis.UniversalOptions) redis.UniversalClient {
 	if len(opt.Addrs) == 0 {
 		opt.Addrs = RedisAddrs
 	}
-	opt.Addrs = append([]string(nil), opt.Addrs...)
-	opt.IsClusterMode = len(opt.Addrs) > 1
-	return redis.NewUniversalClient(&opt)
+	return scripts.NewClient(opt)
 }
 
 // Redis returns a client of RedisAddrs (NewRedis with go-redis's defaults),
@@ -192,9 +194,9 @@ func Ping(ctx context.Context, rdb redis.UniversalClient) error {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		hint = "run `make up-cluster`"
 	}
-	err := ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	err := scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		if err := node.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("%s: %w", addrsOf(node), err)
+			return fmt.Errorf("%s: %w", addr, err)
 		}
 		return nil
 	})

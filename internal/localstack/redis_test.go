@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // DeleteKeys removes every key of a prefix, wherever the keys live: on a
@@ -63,7 +65,7 @@ func keysByNode(t *testing.T, ctx context.Context, rdb redis.UniversalClient, pr
 	t.Helper()
 	var mu sync.Mutex
 	out := map[string]int{}
-	err := ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	err := scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		n := 0
 		iter := node.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 		for iter.Next(ctx) {
@@ -71,7 +73,7 @@ func keysByNode(t *testing.T, ctx context.Context, rdb redis.UniversalClient, pr
 		}
 		if n > 0 {
 			mu.Lock()
-			out[addrsOf(node)] = n
+			out[addr] = n
 			mu.Unlock()
 		}
 		return iter.Err()
