@@ -1,6 +1,7 @@
 // Package scripts is flashgate's contract with Redis: the Lua scripts, the
 // key layout they work on, the outcome codes they answer and the order
-// record they write, and the Loader that loads, reloads and runs them.
+// record they write, the Loader that loads, reloads and runs them, and the
+// client they run on (NewClient).
 //
 // The scripts are built into the binary; Loader reads them from a folder
 // instead when one is configured. A set of scripts is loaded with SCRIPT LOAD
