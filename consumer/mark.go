@@ -82,16 +82,8 @@ func (c *Consumer) marker(ctx context.Context, marks <-chan mark) {
 			c.markErrors.Add(uint64(len(m.ids)))
 			continue
 		}
-		tries := 0
-		err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: time.Second},
-			func(ctx context.Context) error {
-				tries++
-				err := c.mark(ctx, m)
-				if err != nil && tries == markTries {
-					return retry.Stop(err)
-				}
-				return err
-			}, nil)
+		err := retry.Until(ctx, retry.Backoff{Min: 100 * time.Millisecond, Max: time.Second, Tries: markTries},
+			func(ctx context.Context) error { return c.mark(ctx, m) }, nil)
 		if err != nil {
 			c.markErrors.Add(uint64(len(m.ids)))
 			c.log.Warn("cannot mark orders created; status polling says queued for them",
@@ -110,10 +102,10 @@ func (c *Consumer) mark(ctx context.Context, m mark) error {
 			args[i] = id
 		}
 		cctx, cancel := context.WithTimeout(ctx, redisCall)
-		_, err := c.loader.Run(cctx, scripts.Mark, []string{c.keys.Orders(m.sale)}, args...)
+		_, err := c.loader.Mark(cctx, []string{c.keys.Orders(m.sale)}, args...)
 		if errors.Is(err, scripts.ErrNotLoaded) {
 			if _, err = c.loader.Load(cctx); err == nil {
-				_, err = c.loader.Run(cctx, scripts.Mark, []string{c.keys.Orders(m.sale)}, args...)
+				_, err = c.loader.Mark(cctx, []string{c.keys.Orders(m.sale)}, args...)
 			}
 		}
 		cancel()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/promtext"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -91,7 +92,7 @@ func (s *Sweeper) WriteMetrics(w io.Writer) {
 		rows = rows[:maxSaleSeries]
 	}
 	slices.SortFunc(rows, func(a, b paymentRow) int { return strings.Compare(a.id, b.id) })
-	b := []byte("# TYPE flashgate_sale_payment_orders gauge\n")
+	b := promtext.AppendMetadata(nil, "flashgate_sale_payment_orders", "gauge")
 	for _, r := range rows {
 		for _, st := range []struct {
 			state string
@@ -107,7 +108,7 @@ func (s *Sweeper) WriteMetrics(w io.Writer) {
 			b = append(b, '\n')
 		}
 	}
-	b = append(b, "# TYPE flashgate_sale_payment_overdue_seconds gauge\n"...)
+	b = promtext.AppendMetadata(b, "flashgate_sale_payment_overdue_seconds", "gauge")
 	for _, r := range rows {
 		b = append(b, `flashgate_sale_payment_overdue_seconds{sale="`...)
 		b = append(b, r.id...)

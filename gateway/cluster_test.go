@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // What only a Redis Cluster can break: sales on different primaries, the
@@ -213,14 +213,14 @@ func TestScriptsOnEveryPrimary(t *testing.T) {
 		for _, s := range g.loader.Scripts() {
 			shas = append(shas, s.SHA)
 		}
-		err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		err := scripts.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 			have, err := node.ScriptExists(ctx, shas...).Result()
 			if err != nil {
 				return err
 			}
 			for i, ok := range have {
 				if !ok {
-					return fmt.Errorf("%s: script %s missing %s", node, shas[i], when)
+					return fmt.Errorf("%s: script %s missing %s", addr, shas[i], when)
 				}
 			}
 			return nil
@@ -230,7 +230,7 @@ func TestScriptsOnEveryPrimary(t *testing.T) {
 		}
 	}
 	check("after the first load")
-	if err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	if err := scripts.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		return node.ScriptFlush(ctx).Err()
 	}); err != nil {
 		t.Fatal(err)
@@ -253,7 +253,7 @@ func flushScriptsMeanwhile(t *testing.T, g *testGateway) (stop func() int64) {
 		defer wg.Done()
 		for !done.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := localstack.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+			err := scripts.ForEachPrimary(ctx, g.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 				return node.ScriptFlush(ctx).Err()
 			})
 			cancel()

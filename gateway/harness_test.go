@@ -85,14 +85,12 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	for _, o := range opts {
 		o(cfg)
 	}
-	// The client the binary builds (cmd/flashgate's newRedis), of
+	// The client the binary builds (scripts.ClientOptions), of
 	// cfg.Redis.Addrs as the options left them: one Redis, or the cluster
 	// when FLASHGATE_REDIS_ADDRS names several nodes (`make test-cluster`).
-	rdb := localstack.NewRedis(&redis.UniversalOptions{
-		Addrs: cfg.Redis.Addrs, ReadTimeout: cfg.Redis.Timeout, WriteTimeout: cfg.Redis.Timeout,
-		DialTimeout: cfg.Redis.Timeout, PoolTimeout: cfg.Redis.Timeout, ContextTimeoutEnabled: true,
-		PoolSize: 64, MaxRetries: 2,
-	})
+	ro := scripts.ClientOptions(cfg.Redis)
+	ro.PoolSize = 64
+	rdb := localstack.NewRedis(&ro)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := localstack.Ping(ctx, rdb); err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // rawFields sends one request over a fresh connection with the header
@@ -59,7 +59,7 @@ func (g *testGateway) idemKeys(sale string) int {
 	g.t.Helper()
 	var mu sync.Mutex
 	n := 0
-	err := localstack.ForEachPrimary(context.Background(), g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	err := scripts.ForEachPrimary(context.Background(), g.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		iter := node.Scan(ctx, 0, g.keys.Idem(sale, "*"), 1000).Iterator()
 		for iter.Next(ctx) {
 			mu.Lock()

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/promtext"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -220,7 +221,7 @@ func refuse(c net.Conn, code int, status string) {
 func writeConnMetrics(w io.Writer, ls ...*limitedListener) {
 	b := make([]byte, 0, 1024)
 	family := func(name, typ string, series func(l *limitedListener, line func(labels string, v uint64))) {
-		b = append(b, "# TYPE "+name+" "+typ+"\n"...)
+		b = promtext.AppendMetadata(b, name, typ)
 		for _, l := range ls {
 			series(l, func(labels string, v uint64) {
 				b = append(b, name+`{listener="`+l.name+`"`+labels+`} `...)

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/config"
-	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -135,7 +134,7 @@ func TestBrokenScriptKeepsOldSet(t *testing.T) {
 
 	// Redis loses its script cache: the buys load the set in use again.
 	before := g.loader.Stats().NoScript
-	if err := localstack.ForEachPrimary(t.Context(), g.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	if err := scripts.ForEachPrimary(t.Context(), g.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		return node.ScriptFlush(ctx).Err()
 	}); err != nil {
 		t.Fatal(err)

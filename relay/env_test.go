@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/flashgate/flashgate/internal/localstack"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -23,6 +25,7 @@ import (
 // goroutine outlives them: every client, session and server a test starts
 // must be stopped and waited for by its cleanup.
 func TestMain(m *testing.M) {
+	metrics.ExposeMetadata(true) // HELP and TYPE lines, as the binary's main sets
 	code := localstack.Run(m, false)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

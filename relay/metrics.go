@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/promtext"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -123,21 +124,26 @@ func writeOutboxes(w io.Writer, outboxes []known, now time.Time, activeFor time.
 		rows = rows[:maxSaleSeries]
 	}
 	slices.SortFunc(rows, func(a, b row) int { return strings.Compare(a.sale, b.sale) })
-	b := []byte("# TYPE flashgate_outbox_pending_total gauge\nflashgate_outbox_pending_total ")
+	b := promtext.AppendMetadata(nil, "flashgate_outbox_pending_total", "gauge")
+	b = append(b, "flashgate_outbox_pending_total "...)
 	b = strconv.AppendInt(b, pending, 10)
-	b = append(b, "\n# TYPE flashgate_outbox_oldest_age_max_seconds gauge\nflashgate_outbox_oldest_age_max_seconds "...)
+	b = append(b, '\n')
+	b = promtext.AppendMetadata(b, "flashgate_outbox_oldest_age_max_seconds", "gauge")
+	b = append(b, "flashgate_outbox_oldest_age_max_seconds "...)
 	b = strconv.AppendFloat(b, oldest.Seconds(), 'f', 3, 64)
-	b = append(b, "\n# TYPE flashgate_outbox_series_omitted gauge\nflashgate_outbox_series_omitted "...)
+	b = append(b, '\n')
+	b = promtext.AppendMetadata(b, "flashgate_outbox_series_omitted", "gauge")
+	b = append(b, "flashgate_outbox_series_omitted "...)
 	b = strconv.AppendInt(b, int64(omitted), 10)
 	b = append(b, '\n')
 	if len(rows) > 0 {
-		b = append(b, "# TYPE flashgate_outbox_pending gauge\n"...)
+		b = promtext.AppendMetadata(b, "flashgate_outbox_pending", "gauge")
 		for _, rw := range rows {
 			b = appendSeries(b, "flashgate_outbox_pending", rw.sale)
 			b = strconv.AppendInt(b, rw.pending, 10)
 			b = append(b, '\n')
 		}
-		b = append(b, "# TYPE flashgate_outbox_oldest_age_seconds gauge\n"...)
+		b = promtext.AppendMetadata(b, "flashgate_outbox_oldest_age_seconds", "gauge")
 		for _, rw := range rows {
 			b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", rw.sale)
 			b = strconv.AppendFloat(b, rw.age.Seconds(), 'f', 3, 64)

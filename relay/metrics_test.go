@@ -36,9 +36,9 @@ func value(page, series string) (float64, bool) {
 
 // totals is the head writeOutboxes always writes.
 func totals(pending int, oldest string, omitted int) string {
-	return "# TYPE flashgate_outbox_pending_total gauge\nflashgate_outbox_pending_total " + strconv.Itoa(pending) + "\n" +
-		"# TYPE flashgate_outbox_oldest_age_max_seconds gauge\nflashgate_outbox_oldest_age_max_seconds " + oldest + "\n" +
-		"# TYPE flashgate_outbox_series_omitted gauge\nflashgate_outbox_series_omitted " + strconv.Itoa(omitted) + "\n"
+	return "# HELP flashgate_outbox_pending_total\n# TYPE flashgate_outbox_pending_total gauge\nflashgate_outbox_pending_total " + strconv.Itoa(pending) + "\n" +
+		"# HELP flashgate_outbox_oldest_age_max_seconds\n# TYPE flashgate_outbox_oldest_age_max_seconds gauge\nflashgate_outbox_oldest_age_max_seconds " + oldest + "\n" +
+		"# HELP flashgate_outbox_series_omitted\n# TYPE flashgate_outbox_series_omitted gauge\nflashgate_outbox_series_omitted " + strconv.Itoa(omitted) + "\n"
 }
 
 func TestWriteOutboxes(t *testing.T) {
@@ -57,17 +57,17 @@ func TestWriteOutboxes(t *testing.T) {
 		{"nothing to show: the totals alone", []known{quiet}, totals(0, "0.000", 0)},
 		{"a sale active lately at zero, an inactive one while it has entries, in sale order", []known{lately, quiet, backlog},
 			totals(3, "1.500", 0) +
-				"# TYPE flashgate_outbox_pending gauge\n" +
+				"# HELP flashgate_outbox_pending\n# TYPE flashgate_outbox_pending gauge\n" +
 				`flashgate_outbox_pending{sale="backlog"} 3` + "\n" +
 				`flashgate_outbox_pending{sale="lately"} 0` + "\n" +
-				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
+				"# HELP flashgate_outbox_oldest_age_seconds\n# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
 				`flashgate_outbox_oldest_age_seconds{sale="backlog"} 1.500` + "\n" +
 				`flashgate_outbox_oldest_age_seconds{sale="lately"} 0.000` + "\n"},
 		{"entries whose age is not known yet", []known{scanned},
 			totals(4, "0.000", 0) +
-				"# TYPE flashgate_outbox_pending gauge\n" +
+				"# HELP flashgate_outbox_pending\n# TYPE flashgate_outbox_pending gauge\n" +
 				`flashgate_outbox_pending{sale="scanned"} 4` + "\n" +
-				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
+				"# HELP flashgate_outbox_oldest_age_seconds\n# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
 				`flashgate_outbox_oldest_age_seconds{sale="scanned"} 0.000` + "\n"},
 		// Its series would break the page; its entries still count.
 		{"an id outside the id rule has no series, but is in the totals", []known{bad}, totals(1, "9.000", 0)},
@@ -80,9 +80,9 @@ func TestWriteOutboxes(t *testing.T) {
 			{sale: "hot#1.4", pending: 5, oldest: ago(700 * time.Millisecond), active: now},
 		},
 			totals(7, "0.700", 0) +
-				"# TYPE flashgate_outbox_pending gauge\n" +
+				"# HELP flashgate_outbox_pending\n# TYPE flashgate_outbox_pending gauge\n" +
 				`flashgate_outbox_pending{sale="hot"} 7` + "\n" +
-				"# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
+				"# HELP flashgate_outbox_oldest_age_seconds\n# TYPE flashgate_outbox_oldest_age_seconds gauge\n" +
 				`flashgate_outbox_oldest_age_seconds{sale="hot"} 0.700` + "\n"},
 	}
 	for _, tc := range tests {

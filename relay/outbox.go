@@ -34,6 +34,7 @@ type entry struct {
 // counters are read elsewhere (Stats).
 type outbox struct {
 	rdb        redis.UniversalClient
+	loader     *scripts.Loader // runs the remove script (Loader.Remove needs no Load)
 	keys       scripts.Keys
 	log        *zap.Logger
 	name       string // this relay's consumer name in the groups
@@ -59,7 +60,8 @@ type outboxCounts struct {
 
 func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, name string, c config.Relay, ss *sales) *outbox {
 	return &outbox{
-		rdb: rdb, keys: keys, log: log, name: name,
+		loader: scripts.New(rdb, "", keys),
+		rdb:    rdb, keys: keys, log: log, name: name,
 		batch: c.Batch, window: c.MaxInFlight, claimAfter: c.ClaimAfter, poll: c.Poll,
 		ss:      ss,
 		tracked: map[string]struct{}{},
@@ -322,7 +324,7 @@ func (o *outbox) unremoved() int { return o.toRemove }
 const removeParallel = 16
 
 // remove acknowledges and deletes the confirmed entries, one script call
-// per sale (scripts.RemoveEntries) so that an entry is never acknowledged
+// per sale (Loader.Remove of package scripts) so that an entry is never acknowledged
 // without being deleted (it would then sit in the outbox for ever, never
 // read again) and the sale's count of orders in its outbox follows. A call
 // never holds two sales: their outboxes live in different hash slots, and
@@ -356,7 +358,7 @@ func (o *outbox) remove(ctx context.Context) error {
 		go func(r *removal) {
 			defer func() { <-inFlight; wg.Done() }()
 			keys := []string{o.keys.Outbox(r.sale), o.keys.Meta(r.sale)}
-			r.err = scripts.RemoveEntries.Run(cctx, o.rdb, keys, append([]any{Group}, r.refs...)...).Err()
+			_, r.err = o.loader.Remove(cctx, keys, append([]any{Group}, r.refs...)...)
 		}(&rs[i])
 	}
 	wg.Wait()

@@ -14,7 +14,7 @@
 // outstanding, and mandatory, so an unroutable message comes back. Only
 // once RabbitMQ has confirmed every message holding an entry's orders is
 // the entry acknowledged and deleted from its stream (one script call per
-// sale, scripts.RemoveEntries, which also counts the sale's orders in its
+// sale, Loader.Remove of package scripts, which also counts the sale's orders in its
 // outbox down). A nack, a return or a lost connection leaves the entry pending: the
 // relay publishes it again, and entries left pending by a relay that died are
 // claimed by another after relay.claim_after (XAUTOCLAIM).

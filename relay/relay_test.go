@@ -310,7 +310,7 @@ func TestBatchEntries(t *testing.T) {
 			id := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox("bs"), Values: []any{"x", "1"}}).Val()
 			keys := []string{e.keys.Outbox("bs"), e.keys.Meta("bs")}
 			for i := 0; i < 2; i++ {
-				if err := scripts.RemoveEntries.Run(ctx, e.rdb, keys, Group, id, 5).Err(); err != nil {
+				if _, err := scripts.New(e.rdb, "", e.keys).Remove(ctx, keys, Group, id, 5); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -359,22 +359,15 @@ func (r *Repairer) apply(ctx context.Context, sale string, rows []order.Order, l
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	v, err := r.d.Loader.Run(cctx, scripts.Repair, keys, args...)
+	rep, err := r.d.Loader.Repair(cctx, keys, args...)
 	if errors.Is(err, scripts.ErrNotLoaded) {
 		// The consumer loads its scripts on first use; so does this.
 		if _, err = r.d.Loader.Load(cctx); err == nil {
-			v, err = r.d.Loader.Run(cctx, scripts.Repair, keys, args...)
+			rep, err = r.d.Loader.Repair(cctx, keys, args...)
 		}
 	}
 	if err != nil {
 		return false, 0, 0, fmt.Errorf("repair: sale %s: %w", sale, err)
 	}
-	out, ok := v.([]any)
-	if !ok || len(out) != 3 {
-		return false, 0, 0, fmt.Errorf("repair: sale %s: reply %v", sale, v)
-	}
-	h, _ := out[0].(int64)
-	changed, _ = out[1].(int64)
-	raised, _ = out[2].(int64)
-	return h == 1, changed, raised, nil
+	return rep.Applied, rep.Changed, rep.Raised, nil
 }

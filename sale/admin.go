@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/flashgate/flashgate/scripts"
 )
 
 // Sale reads a sale. It returns ErrNotFound or an error wrapping ErrUnavailable.
@@ -258,43 +256,18 @@ func (s *Store) admin(ctx context.Context, sale, op string, args ...any) (*View,
 // it, so that the caller can say which numbers refused the call; a failure
 // to reach Redis or to read the reply comes with no view.
 func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op string, args ...any) (*View, bool, error) {
-	reply, err := s.loader.Run(ctx, scripts.Admin, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
-	var n [adminReply]int64
-	if err == nil {
-		n, err = decodeAdmin(reply)
-	}
+	a, err := s.loader.Admin(ctx, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}
 	s.changedOn(sale, false)
-	v := &View{ID: sale, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5], Locked: n[6] == 1,
-		StartsAt: n[7], EndsAt: n[8], Buyers: n[9], OutboxPending: n[10], PaymentWindow: n[11],
-		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}
-	if err := outcome(scripts.Code(n[0])); err != nil {
+	v := &View{ID: sale, Now: a.Now, Stock: a.Stock, Sold: a.Sold, Limit: a.Limit, Locked: a.Locked,
+		StartsAt: a.StartsAt, EndsAt: a.EndsAt, Buyers: a.Buyers, OutboxPending: a.Outbox, PaymentWindow: a.Window,
+		Pending: a.Pending, Paid: a.Paid, Cancelled: a.Cancelled, Expired: a.Expired, Buckets: a.Buckets, Moved: a.Moved}
+	if err := outcome(a.Code); err != nil {
 		return v, false, err
 	}
-	return v, n[1] == 1, nil
-}
-
-// adminReply is the length of the admin script's reply: {code, created,
-// now, stock, sold, limit, locked, starts, ends, buyers, outbox, window,
-// pending, paid, cancelled, expired, buckets, moved}.
-const adminReply = 18
-
-// decodeAdmin reads the admin script's reply: adminReply integers, the
-// first the outcome code. A reply of any other shape or length is an error.
-func decodeAdmin(v any) ([adminReply]int64, error) {
-	var n [adminReply]int64
-	a, ok := v.([]any)
-	if !ok || len(a) != adminReply {
-		return n, fmt.Errorf("reply is %T of %d elements, want %d integers", v, len(a), adminReply)
-	}
-	for i := range a {
-		if n[i], ok = a[i].(int64); !ok {
-			return n, fmt.Errorf("reply element %d is %#v, want an integer", i, a[i])
-		}
-	}
-	return n, nil
+	return v, a.Created, nil
 }
 
 func optInt(p *int64) string {

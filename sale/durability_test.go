@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // What each answer of CONFIG GET append* means.
@@ -64,12 +65,11 @@ func TestZeroLossAsksEveryPrimary(t *testing.T) {
 		primary []string
 		notYet  []string // primaries that do not fsync every write
 	)
-	err := localstack.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+	err := scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
 		m, err := node.ConfigGet(ctx, "append*").Result()
 		if err != nil {
 			return err
 		}
-		addr := node.(*redis.Client).Options().Addr
 		mu.Lock()
 		defer mu.Unlock()
 		primary = append(primary, addr)

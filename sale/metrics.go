@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/promtext"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -222,11 +223,11 @@ func (p *sampler) write(w io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	b := []byte("# TYPE flashgate_sale_remaining gauge\n")
+	b := promtext.AppendMetadata(nil, "flashgate_sale_remaining", "gauge")
 	for _, r := range rows {
 		b = appendSaleSeries(b, "flashgate_sale_remaining", r.id, r.stock-r.sold)
 	}
-	b = append(b, "# TYPE flashgate_sale_sold gauge\n"...)
+	b = promtext.AppendMetadata(b, "flashgate_sale_sold", "gauge")
 	for _, r := range rows {
 		b = appendSaleSeries(b, "flashgate_sale_sold", r.id, r.sold)
 	}

@@ -73,26 +73,17 @@ func (s *Store) creditPool(ctx context.Context, bucket, sale, id string, n int64
 
 // move runs one half of a move and returns the units it moved.
 func (s *Store) move(ctx context.Context, keys []string, op, id string, args ...any) (int64, error) {
-	v, err := s.loader.Run(ctx, scripts.Move, keys, append([]any{op, id}, args...)...)
+	m, err := s.loader.Move(ctx, keys, append([]any{op, id}, args...)...)
 	if err != nil {
 		return 0, fmt.Errorf("move %s %s: %w: %w", op, keys[0], ErrUnavailable, err)
 	}
-	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return 0, fmt.Errorf("move %s %s: %w: reply %#v", op, keys[0], ErrUnavailable, v)
-	}
-	code, ok1 := a[0].(int64)
-	n, ok2 := a[1].(int64)
-	if !ok1 || !ok2 || n < 0 {
-		return 0, fmt.Errorf("move %s %s: %w: reply %#v", op, keys[0], ErrUnavailable, v)
-	}
-	if err := outcome(scripts.Code(code)); err != nil {
+	if err := outcome(m.Code); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return 0, fmt.Errorf("move %s %s: %w: sale or bucket missing", op, keys[0], ErrUnavailable)
 		}
 		return 0, err
 	}
-	return n, nil
+	return m.N, nil
 }
 
 // moveID names one move: unique, so that its second half applies once.

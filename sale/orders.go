@@ -65,47 +65,16 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 		}
 		bucket = bs.names[b]
 	}
-	v, err := s.loader.Run(ctx, scripts.Order, s.orderKeys(bucket), op, s.keys.Events(), sale, orderID)
+	r, err := s.loader.Order(ctx, s.orderKeys(bucket), op, s.keys.Events(), sale, orderID)
 	if err != nil {
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
-	code, rec, now, changed, err := decodeOrder(v)
-	if err != nil {
-		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
-	}
-	if changed {
+	if r.Changed {
 		s.changedOn(bucket, true)
 	}
-	if rec.Due(now) {
+	rec := r.Record
+	if rec.Due(r.Now) {
 		rec.State = order.StateExpired
 	}
-	return rec, changed, outcome(code)
-}
-
-// decodeOrder reads the order script's reply to pay, cancel or get: an
-// integer code, the record (a string, empty only with ORDER_NOT_FOUND), the
-// time and the changed flag. A reply of any other shape is an error.
-func decodeOrder(v any) (code scripts.Code, rec scripts.Record, now int64, changed bool, err error) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 4 {
-		return 0, rec, 0, false, fmt.Errorf("reply is %T of %d elements, want 4", v, len(a))
-	}
-	n, ok1 := a[0].(int64)
-	str, ok2 := a[1].(string)
-	now, ok3 := a[2].(int64)
-	ch, ok4 := a[3].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return 0, rec, 0, false, fmt.Errorf("reply %#v, want code, record, time, changed", a)
-	}
-	code = scripts.Code(n)
-	if str == "" {
-		if code != scripts.CodeOrderNotFound {
-			return 0, rec, 0, false, fmt.Errorf("reply %#v has no record", a)
-		}
-		return code, rec, now, false, nil
-	}
-	if rec, err = scripts.ParseRecord(str); err != nil {
-		return 0, scripts.Record{}, 0, false, err
-	}
-	return code, rec, now, ch == 1, nil
+	return rec, r.Changed, outcome(r.Code)
 }

@@ -112,57 +112,18 @@ func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation
 		}
 		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
 	}
-	v, err := s.loader.Run(ctx, scripts.Reserve, keys, args...)
+	r, err := s.loader.Reserve(ctx, keys, len(rs), args...)
 	if err != nil {
 		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
 	}
-	if err := decodeReserve(v, out[:len(rs)]); err != nil {
-		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
-	}
+	wrote := false
 	for i := range rs {
-		if out[i].Err == nil {
-			s.changedOn(id, true)
-			break
-		}
+		o := r.At(i)
+		out[i] = Result{OrderID: o.OrderID, PayBy: o.PayBy, Err: outcome(o.Code)}
+		wrote = wrote || o.Code == scripts.CodeOK
 	}
-	return nil
-}
-
-// reserveReply is the number of values per reservation in the reserve
-// script's reply: code, order id, pay_by.
-const reserveReply = 3
-
-// decodeReserve reads the reserve script's reply into out: per reservation,
-// an integer code, the order id (a string that an accepted reservation never
-// leaves empty) and the pay_by (an integer, 0 or more). A reply of any other
-// shape or length is an error and sets no Result: a reply misread must never
-// read as accepted.
-func decodeReserve(v any, out []Result) error {
-	arr, ok := v.([]any)
-	if !ok {
-		return fmt.Errorf("reply is %T, want an array", v)
-	}
-	if len(arr) != reserveReply*len(out) {
-		return fmt.Errorf("reply has %d elements for %d reservations", len(arr), len(out))
-	}
-	for i := range out {
-		j := reserveReply * i
-		n, ok := arr[j].(int64)
-		if !ok {
-			clear(out)
-			return fmt.Errorf("reply element %d is %#v, want an integer code", j, arr[j])
-		}
-		id, ok := arr[j+1].(string)
-		if !ok || id == "" && scripts.Code(n) == scripts.CodeOK {
-			clear(out)
-			return fmt.Errorf("reply element %d is %#v, want an order id", j+1, arr[j+1])
-		}
-		payBy, ok := arr[j+2].(int64)
-		if !ok || payBy < 0 {
-			clear(out)
-			return fmt.Errorf("reply element %d is %#v, want a pay_by", j+2, arr[j+2])
-		}
-		out[i] = Result{OrderID: id, PayBy: payBy, Err: outcome(scripts.Code(n))}
+	if wrote {
+		s.changedOn(id, true)
 	}
 	return nil
 }
