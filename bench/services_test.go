@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,16 +20,31 @@ import (
 // this package: one scratch MariaDB database and one Redis key prefix per
 // test binary, removed by TestMain when it ends.
 
-// atExit holds what TestMain undoes after every test and benchmark ran.
+// atExit holds what TestMain undoes, last first, after every test and
+// benchmark ran.
 var atExit []func()
 
+// TestMain: these tests use MariaDB (UsesServices: they wait while a fault
+// test has it stopped); what they share is removed after them. fasthttp's
+// own goroutines, which its design leaves running for a while after their
+// last use, are no leak: of the gateway of run_test.go, the clock of the
+// Date header (one per process, never stopped) and a stopped server's
+// idle-worker cleaner (it sleeps out MaxIdleWorkerDuration, 10 s, before it
+// sees the stop); of the load's client, a HostClient's idle-connection
+// cleaner (it sleeps out MaxIdleConnDuration before it sees that no
+// connection is left) and the dialer's DNS cache cleaner (until the cache
+// expires).
 func TestMain(m *testing.M) {
-	// These tests use MariaDB: wait while a fault test has it stopped.
-	code := localstack.Run(m, false)
-	for _, f := range atExit {
-		f()
-	}
-	os.Exit(code)
+	localstack.Main(m, localstack.UsesServices(),
+		localstack.AfterTests(func() {
+			for _, f := range slices.Backward(atExit) {
+				f()
+			}
+		}),
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.updateServerDate.func1"),
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"))
 }
 
 // unavailable fails a test, or skips a benchmark, when a service is missing.

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
@@ -23,16 +21,7 @@ import (
 // RabbitMQ or MariaDB, and stop neither) and fails the package when a
 // goroutine outlives them: every client, session and server a test starts
 // must be stopped and waited for by its cleanup.
-func TestMain(m *testing.M) {
-	code := localstack.Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { localstack.Main(m, localstack.UsesServices()) }
 
 func testAMQP(t *testing.T) config.AMQP {
 	t.Helper()

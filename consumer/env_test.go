@@ -5,14 +5,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
@@ -26,16 +24,7 @@ import (
 // RabbitMQ or MariaDB, and stop neither) and fails the package when a
 // goroutine outlives them: every client, session and server a test starts
 // must be stopped and waited for by its cleanup.
-func TestMain(m *testing.M) {
-	code := localstack.Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { localstack.Main(m, localstack.UsesServices()) }
 
 // env is one test's private corner of the shared services: a Redis key
 // prefix, an exchange and queues (localstack.Isolated), and a MySQL database

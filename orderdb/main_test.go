@@ -1,11 +1,7 @@
 package orderdb_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 )
@@ -14,13 +10,4 @@ import (
 // RabbitMQ or MariaDB, and stop neither) and fails the package when a
 // goroutine outlives them: every client, session and server a test starts
 // must be stopped and waited for by its cleanup.
-func TestMain(m *testing.M) {
-	code := localstack.Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { localstack.Main(m, localstack.UsesServices()) }

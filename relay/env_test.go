@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
@@ -26,14 +23,7 @@ import (
 // must be stopped and waited for by its cleanup.
 func TestMain(m *testing.M) {
 	metrics.ExposeMetadata(true) // HELP and TYPE lines, as the binary's main sets
-	code := localstack.Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	localstack.Main(m, localstack.UsesServices())
 }
 
 // env is one test's private corner of the shared services

@@ -5,13 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/internal/localstack"
@@ -23,16 +21,7 @@ import (
 
 // TestMain runs the tests under the local stack's shared lock (they stop
 // no service) and fails the package when a goroutine outlives them.
-func TestMain(m *testing.M) {
-	code := localstack.Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { localstack.Main(m, localstack.UsesServices()) }
 
 // env is one test's corner of the shared Redis and MariaDB: a key prefix,
 // a database, and the scripts loaded under that prefix.

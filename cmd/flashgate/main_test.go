@@ -18,27 +18,16 @@ package main
 // parallel as usual.
 
 import (
-	"fmt"
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
+// TestMain: these tests stop and restart RabbitMQ and MariaDB, so no other
+// package's tests may use them meanwhile (StopsServices); the binary built
+// for them is removed after them; every process a test starts is waited
+// for, and every client closed, by its cleanup, so that no goroutine
+// outlives the tests.
 func TestMain(m *testing.M) {
-	// These tests stop and restart RabbitMQ and MariaDB: no other
-	// package's tests may use them meanwhile.
-	code := localstack.Run(m, true)
-	removeBinary()
-	// Every process a test starts is waited for, and every client closed,
-	// by its cleanup: no goroutine outlives the tests.
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	localstack.Main(m, localstack.StopsServices(), localstack.AfterTests(removeBinary))
 }

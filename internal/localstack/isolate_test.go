@@ -2,13 +2,10 @@ package localstack
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/config"
@@ -17,16 +14,7 @@ import (
 // TestMain runs the tests under the fault lock (shared: one uses RabbitMQ,
 // and none stops a service) and fails the package when a goroutine
 // outlives them.
-func TestMain(m *testing.M) {
-	code := Run(m, false)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { Main(m, UsesServices()) }
 
 // Isolated deletes, when its test ends, the topology that broker declares
 // for the test's settings: its exchange and queue, and the dead-letter

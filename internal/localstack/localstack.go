@@ -5,7 +5,8 @@
 // corner of them for each test (a key prefix, a topology, a scratch
 // database, removed when the test ends), the lock that keeps fault tests
 // (which stop and restart RabbitMQ and MariaDB) from running while other
-// packages use those services, the service control script, and
+// packages use those services, with the goroutine leak check of every
+// package's TestMain (Main), the service control script, and
 // redis-servers of a caller's own (StartRedisServer) for tests that kill or
 // reconfigure Redis. It is imported by tests and by the bench suite.
 package localstack
@@ -50,7 +51,7 @@ const lockWait = 20 * time.Minute
 // Lock takes .run/faults.lock: shared by every test package that uses
 // RabbitMQ or MariaDB, exclusive for the package whose tests stop and
 // restart them. It blocks (up to 20 minutes) until it has the lock; call the
-// returned function to release it.
+// returned function to release it. Main takes it for a package's tests.
 func Lock(exclusive bool) (func(), error) {
 	root, err := Root()
 	if err != nil {
@@ -109,8 +110,8 @@ const serviceWait = 4 * time.Minute
 // started again when the test ends, whatever happens in between, so that a
 // failed fault test does not take the next tests' services with it. It
 // blocks for up to four minutes; call it from the test's goroutine. Only a
-// package that holds the fault lock exclusively (Run(m, true)) may take a
-// service down.
+// package that holds the fault lock exclusively (Main with StopsServices)
+// may take a service down.
 func Control(tb testing.TB, action, name string) {
 	tb.Helper()
 	if action != "start" && action != "status" {
@@ -129,17 +130,4 @@ func Control(tb testing.TB, action, name string) {
 		tb.Fatalf("service.sh %s %s: %v\n%s", action, name, err, out)
 	}
 	tb.Logf("service.sh %s %s: %s", action, name, strings.TrimSpace(out))
-}
-
-// Run is the body of TestMain for a package whose tests use RabbitMQ or
-// MariaDB: it holds the fault lock (exclusive for the package that stops
-// and restarts them) while the tests run, and returns their exit code.
-func Run(m *testing.M, exclusive bool) int {
-	unlock, err := Lock(exclusive)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tests:", err)
-		return 1
-	}
-	defer unlock()
-	return m.Run()
 }
