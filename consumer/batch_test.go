@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 )
@@ -69,9 +70,9 @@ func TestBatchMessageWrittenOnce(t *testing.T) {
 	msg := batchMessage("b1", bodies(t, os)...)
 	e.publishMessages(msg)
 	c, stop := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "batch not written", func() bool { return c.Stats().Inserted == 7 })
+	localstack.WaitFor(t, 20*time.Second, "the batch written", func() bool { return c.Stats().Inserted == 7 })
 	e.publishMessages(msg)
-	waitFor(t, 20*time.Second, "second copy not handled", func() bool { return c.Stats().Duplicates == 7 })
+	localstack.WaitFor(t, 20*time.Second, "the second copy handled", func() bool { return c.Stats().Duplicates == 7 })
 
 	rows, u, lu, lo := e.totals("s")
 	if rows != 7 || u != units(os...) || lu != u || lo != 7 {
@@ -117,7 +118,7 @@ func TestMixedMessagesInOneCollect(t *testing.T) {
 	cfg.Consumer.BatchWait = time.Minute
 	e.publishMessages(msgs...)
 	c, stop := e.startConsumer(&cfg)
-	waitFor(t, 20*time.Second, "collect not handled", func() bool { s := c.Stats(); return s.Inserted+s.Duplicates == 16 })
+	localstack.WaitFor(t, 20*time.Second, "the collected messages handled", func() bool { s := c.Stats(); return s.Inserted+s.Duplicates == 16 })
 	rows, u, lu, lo := e.totals("s")
 	all := slices.Concat(singles, b1, b2)
 	if rows != 12 || u != units(all...) || lu != u || lo != 12 {
@@ -131,7 +132,7 @@ func TestMixedMessagesInOneCollect(t *testing.T) {
 	// session, and the collect's messages delivered again.
 	more := orderdbtest.Orders("t", len(msgs))
 	e.publish(bodies(t, more)...)
-	waitFor(t, 20*time.Second, "later messages not written", func() bool { r, _, _, _ := e.totals("t"); return r == int64(len(more)) })
+	localstack.WaitFor(t, 20*time.Second, "the later messages written", func() bool { r, _, _, _ := e.totals("t"); return r == int64(len(more)) })
 	if s := c.Stats(); s.Reconnects != 0 || s.Redelivered != 0 || s.Deliveries != 14 {
 		t.Fatalf("stats %+v; want the same session, nothing delivered again", s)
 	}
@@ -155,7 +156,7 @@ func TestBatchMalformedOrderDeadLetteredAlone(t *testing.T) {
 		[]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"shipped"}`)}
 	e.publishMessages(batchMessage("b1", gb[0], bad[0], gb[1], gb[2], bad[1]))
 	c, stop := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "good orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 3 })
+	localstack.WaitFor(t, 20*time.Second, "the good orders written", func() bool { r, _, _, _ := e.totals("s"); return r == 3 })
 	dead := e.waitDead(2)
 	stop()
 
@@ -199,7 +200,7 @@ func TestUnsplittableBatchDeadLetteredWhole(t *testing.T) {
 	c, stop := e.startConsumer(nil)
 	dead := e.waitDead(len(poison))
 	e.publish(good[2]) // and it keeps going
-	waitFor(t, 20*time.Second, "good orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 2 })
+	localstack.WaitFor(t, 20*time.Second, "the good orders written", func() bool { r, _, _, _ := e.totals("s"); return r == 2 })
 	stop()
 
 	if len(dead) != len(poison) {
@@ -243,7 +244,7 @@ func TestBatchDataErrorIsolatesTheOrder(t *testing.T) {
 	e.publishMessages(batchMessage("b1", bs[:4]...))
 	e.publish(bs[4])
 	c, stop := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "other orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 3 })
+	localstack.WaitFor(t, 20*time.Second, "the other orders written", func() bool { r, _, _, _ := e.totals("s"); return r == 3 })
 	dead := e.waitDead(2)
 	stop()
 
@@ -286,7 +287,7 @@ func TestBatchLargerThanBatchSize(t *testing.T) {
 	os := orderdbtest.Orders("s", 12)
 	e.publishMessages(batchMessage("b1", bodies(t, os)...))
 	c, stop := e.startConsumerWith(&cfg, Deps{ObserveWrite: observe})
-	waitFor(t, 20*time.Second, "orders not written", func() bool { return c.Stats().Inserted == 12 })
+	localstack.WaitFor(t, 20*time.Second, "the orders written", func() bool { return c.Stats().Inserted == 12 })
 	stop()
 
 	if rows, u, lu, lo := e.totals("s"); rows != 12 || u != units(os...) || lu != u || lo != 12 {
@@ -310,7 +311,7 @@ func TestBatchLargerThanBatchSize(t *testing.T) {
 func TestDeadLetterFailureAcknowledgesNothing(t *testing.T) {
 	e := newEnv(t)
 	c, stop := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "consumer not connected", func() bool { return c.Stats().Connected })
+	localstack.WaitFor(t, 20*time.Second, "the consumer connected", func() bool { return c.Stats().Connected })
 	// The session has declared its topology; the next one declares it again.
 	if err := e.ch.QueueUnbind(broker.DeadLetter(e.cfg.AMQP.Queue), "", broker.DeadLetter(e.cfg.AMQP.Exchange), nil); err != nil {
 		t.Fatal(err)
@@ -320,7 +321,7 @@ func TestDeadLetterFailureAcknowledgesNothing(t *testing.T) {
 	bad := []byte(`{"order_id":"x"}`)
 	e.publishMessages(batchMessage("b1", gb[0], gb[1], bad, gb[2]))
 	dead := e.waitDead(1)
-	waitFor(t, 20*time.Second, "batch not acknowledged in the end", func() bool { n, _ := e.queued(); return n == 0 && c.Stats().DeadLettered == 1 })
+	localstack.WaitFor(t, 20*time.Second, "the batch acknowledged in the end", func() bool { n, _ := e.queued(); return n == 0 && c.Stats().DeadLettered == 1 })
 	stop()
 
 	if len(dead) != 1 {

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 )
 
@@ -50,7 +51,7 @@ func TestCollect(t *testing.T) {
 			cancel: true, want: 0, open: true},
 		{name: "ctx ends a batch in hand", size: 10, wait: time.Minute, watch: true,
 			feed: func(t *testing.T, c *Consumer, deliveries chan<- amqp.Delivery, cancel context.CancelFunc) {
-				waitFor(t, 10*time.Second, "collect never waited idle", func() bool { return c.witness.idleSince.Load() != 0 })
+				localstack.WaitFor(t, 10*time.Second, "collect waiting idle", func() bool { return c.witness.idleSince.Load() != 0 })
 				deliveries <- one
 				cancel()
 			},

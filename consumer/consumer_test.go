@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 )
@@ -21,7 +22,7 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 	bs := bodies(t, os)
 	e.publish(append(bs, bs...)...) // every message twice
 	c, _ := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "six deliveries not handled", func() bool { s := c.Stats(); return s.Inserted+s.Duplicates == 6 })
+	localstack.WaitFor(t, 20*time.Second, "six deliveries handled", func() bool { s := c.Stats(); return s.Inserted+s.Duplicates == 6 })
 	rows, units, lu, lo := e.totals("s")
 	if rows != 3 || units != 6 || lu != 6 || lo != 3 {
 		t.Fatalf("rows %d units %d ledger %d/%d; want 3 rows, 6 units, counted once", rows, units, lu, lo)
@@ -73,7 +74,7 @@ func TestConsumerStateSnapshots(t *testing.T) {
 	for _, body := range bodies(t, seq) {
 		e.publish(body)
 	}
-	waitFor(t, 20*time.Second, "eight deliveries not handled", func() bool { s := cons.Stats(); return s.Inserted+s.Duplicates == 8 })
+	localstack.WaitFor(t, 20*time.Second, "eight deliveries handled", func() bool { s := cons.Stats(); return s.Inserted+s.Duplicates == 8 })
 	if s := cons.Stats(); s.Inserted != 3 || s.Duplicates != 5 || s.DeadLettered != 0 {
 		t.Fatalf("stats %+v; want 3 inserted, 5 duplicates", s)
 	}
@@ -103,12 +104,12 @@ func TestPoisonMessageIsDeadLettered(t *testing.T) {
 		[]byte(`{"order_id":"o1","sale_id":"s","user_id":"u","quantity":1,"reserved_at":1,"state":"shipped"}`)}
 	e.publish(gb[0], poison[0], gb[1], poison[1], poison[2])
 	c, _ := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "poison not dead-lettered", func() bool { return c.Stats().DeadLettered == 3 })
+	localstack.WaitFor(t, 20*time.Second, "the poison dead-lettered", func() bool { return c.Stats().DeadLettered == 3 })
 	e.publish(gb[2], gb[3]) // and it keeps going
-	waitFor(t, 20*time.Second, "good orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 4 })
+	localstack.WaitFor(t, 20*time.Second, "the good orders written", func() bool { r, _, _, _ := e.totals("s"); return r == 4 })
 
 	var dead []string
-	waitFor(t, 10*time.Second, "dead-letter queue does not hold the poison", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "the poison in the dead-letter queue", func() bool {
 		d, ok, err := e.ch.Get(broker.DeadLetter(e.cfg.AMQP.Queue), true)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestShutdownFinishesBatchInHand(t *testing.T) {
 	cfg.Consumer.BatchWait = time.Minute // only the shutdown ends this batch
 	e.publish(bodies(t, orderdbtest.Orders("s", 200))...)
 	c, stop := e.startConsumer(&cfg)
-	waitFor(t, 20*time.Second, "consumer did not take the deliveries", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the consumer holding the deliveries", func() bool {
 		q, err := e.ch.QueueDeclarePassive(e.cfg.AMQP.Queue, true, false, false, false, nil)
 		return err == nil && q.Messages == 0 && c.Stats().Connected
 	})
@@ -147,7 +148,7 @@ func TestShutdownFinishesBatchInHand(t *testing.T) {
 		t.Fatalf("after shutdown: %d rows, ledger %d orders; want 200", rows, lo)
 	}
 	// Everything was acknowledged: nothing comes back to the queue.
-	waitFor(t, 5*time.Second, "queue not empty", func() bool {
+	localstack.WaitFor(t, 5*time.Second, "the queue empty", func() bool {
 		q, err := e.ch.QueueDeclarePassive(e.cfg.AMQP.Queue, true, false, false, false, nil)
 		return err == nil && q.Messages == 0 && q.Consumers == 0
 	})
@@ -162,8 +163,8 @@ func TestDataErrorIsolatesTheOrder(t *testing.T) {
 	os[1].Quantity = 200 // out of TINYINT's range
 	e.publish(bodies(t, os)...)
 	c, _ := e.startConsumer(nil)
-	waitFor(t, 20*time.Second, "refused order not dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
-	waitFor(t, 10*time.Second, "other orders not written", func() bool { r, _, _, _ := e.totals("s"); return r == 2 })
+	localstack.WaitFor(t, 20*time.Second, "the refused order dead-lettered", func() bool { return c.Stats().DeadLettered == 1 })
+	localstack.WaitFor(t, 10*time.Second, "the other orders written", func() bool { r, _, _, _ := e.totals("s"); return r == 2 })
 	_, units, lu, _ := e.totals("s")
 	if units != int64(os[0].Quantity+os[2].Quantity) || lu != units {
 		t.Fatalf("units %d ledger %d", units, lu)

@@ -190,7 +190,7 @@ func (e *env) dead() []amqp.Delivery {
 func (e *env) waitDead(n int) []amqp.Delivery {
 	e.t.Helper()
 	var out []amqp.Delivery
-	waitFor(e.t, 20*time.Second, fmt.Sprintf("the dead-letter queue does not hold %d messages", n), func() bool {
+	localstack.WaitFor(e.t, 20*time.Second, fmt.Sprintf("%d messages in the dead-letter queue", n), func() bool {
 		out = append(out, e.dead()...)
 		return len(out) >= n
 	})
@@ -212,22 +212,11 @@ func (e *env) totals(sale string) (rows, units, ledgerUnits, ledgerOrders int64)
 	return orderdbtest.Totals(e.t, e.db, sale)
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitMarked waits until every order of os is marked created in the sale's
 // orders hash (status polling).
 func (e *env) waitMarked(sale string, os []order.Order) {
 	e.t.Helper()
-	waitFor(e.t, 10*time.Second, "orders not marked created", func() bool {
+	localstack.WaitFor(e.t, 10*time.Second, "the orders marked created", func() bool {
 		for _, o := range os {
 			if v := e.rdb.HGet(context.Background(), e.keys.Orders(sale), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
 				return false

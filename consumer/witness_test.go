@@ -6,6 +6,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 )
@@ -28,7 +29,7 @@ func TestSettled(t *testing.T) {
 
 	// Idle: the loop waits with nothing in hand.
 	var through time.Time
-	waitFor(t, 20*time.Second, "an idle consumer never vouched", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "an idle consumer vouching", func() bool {
 		through, _ = c.Settled(time.Now())
 		return !through.IsZero()
 	})
@@ -48,9 +49,9 @@ func TestSettled(t *testing.T) {
 		return msgs
 	}
 	e.publishMessages(stamped(ta, orderdbtest.Orders("sa", 10))...)
-	waitFor(t, 20*time.Second, "the full batch was not written", func() bool { rows, _, _, _ := e.totals("sa"); return rows == 10 })
+	localstack.WaitFor(t, 20*time.Second, "the full batch written", func() bool { rows, _, _, _ := e.totals("sa"); return rows == 10 })
 	e.publishMessages(stamped(tb, orderdbtest.Orders("sb", 1))...)
-	waitFor(t, 20*time.Second, "the consumer did not take the held message", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the consumer holding the held message", func() bool {
 		ready, _ := e.queued()
 		return ready == 0
 	})

@@ -202,7 +202,7 @@ func TestOutboxMetricsManySales(t *testing.T) {
 	r, _ := e.startRelayWith(context.WithValue(ctx, runCtx{}, true), Deps{Redis: rdb}, nil)
 
 	var p string
-	waitFor(t, 30*time.Second, "no full scan, or the stuck outbox not looked at since", func() bool {
+	localstack.WaitFor(t, 30*time.Second, "a full scan, and the stuck outbox looked at since", func() bool {
 		p = page(r)
 		age, _ := value(p, `flashgate_outbox_oldest_age_seconds{sale="stuck"}`)
 		return r.Stats().Scans > 0 && age >= 3600
@@ -287,7 +287,7 @@ func TestOutboxMetricsWithoutRabbitMQ(t *testing.T) {
 	r.Wrote("on") // as the gateway does after a write; its outbox is empty again
 
 	var p string
-	waitFor(t, 10*time.Second, "no failed connection, or the outbox series do not show the backlog", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "a failed connection, and the outbox series showing the backlog", func() bool {
 		p = page(r)
 		n, _ := value(p, `flashgate_outbox_pending{sale="backlog"}`)
 		age, _ := value(p, `flashgate_outbox_oldest_age_seconds{sale="backlog"}`)
@@ -311,7 +311,7 @@ func TestOutboxMetricsWithoutRabbitMQ(t *testing.T) {
 	// A write the relay is told of shows within a look.
 	e.addOrders("backlog", 5)
 	r.Wrote("backlog")
-	waitFor(t, 10*time.Second, "the 5 more entries do not show", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "the 5 more entries showing", func() bool {
 		n, _ := value(page(r), `flashgate_outbox_pending{sale="backlog"}`)
 		return n == 15
 	})

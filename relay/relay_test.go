@@ -151,18 +151,6 @@ func ordersOf(t *testing.T, d amqp.Delivery) []order.Order {
 	return os
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // outboxEmpty reports whether the sale's outbox has no entry and its group
 // nothing pending.
 func (e *env) outboxEmpty(sale string) bool {
@@ -188,8 +176,8 @@ func TestPublishesThenDeletes(t *testing.T) {
 	if len(got) != 1000 {
 		t.Fatalf("%d distinct orders arrived, want 1000", len(got))
 	}
-	waitFor(t, 10*time.Second, "outboxes not emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
-	waitFor(t, 5*time.Second, "stats", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "the outboxes emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
+	localstack.WaitFor(t, 5*time.Second, "the stats of the relayed entries", func() bool {
 		s := r.Stats()
 		return s.Removed >= 1000 && s.InFlight == 0 && s.Tracked == 0 && s.Connected
 	})
@@ -239,7 +227,7 @@ func TestMessagesCarryBatches(t *testing.T) {
 			if largest > per || per > 1 && messages >= len(want) {
 				t.Errorf("%d messages for %d orders, the largest of %d; relay.message_orders %d", messages, len(want), largest, per)
 			}
-			waitFor(t, 10*time.Second, "outboxes not emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
+			localstack.WaitFor(t, 10*time.Second, "the outboxes emptied", func() bool { return e.outboxEmpty("sale-a") && e.outboxEmpty("sale-b") })
 			if s := r.Stats(); s.Messages != uint64(messages) || s.Confirmed != uint64(len(want)) {
 				t.Errorf("stats: %d messages, %d entries confirmed; the queue had %d messages of %d orders", s.Messages, s.Confirmed, messages, len(want))
 			}
@@ -297,7 +285,7 @@ func TestBatchEntries(t *testing.T) {
 					t.Errorf("order %s never arrived", id)
 				}
 			}
-			waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("bs") })
+			localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("bs") })
 			ctx := context.Background()
 			if q, err := e.rdb.HGet(ctx, e.keys.Meta("bs"), "outq").Int(); err != nil || q != 0 {
 				t.Fatalf("meta outq %d (%v) after the outbox emptied, want 0", q, err)
@@ -328,7 +316,7 @@ func TestReturnedEntriesStayPending(t *testing.T) {
 	e := newEnv(t)
 	e.addOrders("s", 1) // the relay learns the sale
 	r, _ := e.startRelay("r1")
-	waitFor(t, 10*time.Second, "first order not removed", func() bool { return e.outboxEmpty("s") })
+	localstack.WaitFor(t, 10*time.Second, "the first order removed", func() bool { return e.outboxEmpty("s") })
 
 	// Unroutable from now on: every publish comes back.
 	if err := e.ch.QueueUnbind(e.cfg.AMQP.Queue, broker.RoutingKey, e.cfg.AMQP.Exchange, nil); err != nil {
@@ -336,11 +324,11 @@ func TestReturnedEntriesStayPending(t *testing.T) {
 	}
 	ids := e.addOrders("s", 10)
 	r.Wrote("s")
-	waitFor(t, 10*time.Second, "no returns counted", func() bool { return r.Stats().Returned >= 10 })
+	localstack.WaitFor(t, 10*time.Second, "10 returns counted", func() bool { return r.Stats().Returned >= 10 })
 	if n := e.rdb.XLen(context.Background(), e.keys.Outbox("s")).Val(); n != 10 {
 		t.Fatalf("outbox has %d entries after returns, want 10", n)
 	}
-	waitFor(t, 5*time.Second, "Stats.Sales does not show the pending entries", func() bool {
+	localstack.WaitFor(t, 5*time.Second, "Stats.Sales showing the pending entries", func() bool {
 		for _, s := range r.Stats().Sales {
 			if s.Sale == "s" && s.Pending == 10 && s.OldestAge > 0 {
 				return true
@@ -358,7 +346,7 @@ func TestReturnedEntriesStayPending(t *testing.T) {
 			t.Fatalf("order %s did not arrive after the binding came back", id)
 		}
 	}
-	waitFor(t, 10*time.Second, "outbox not emptied after retry", func() bool { return e.outboxEmpty("s") })
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied after the retry", func() bool { return e.outboxEmpty("s") })
 }
 
 // TestClaimsEntriesOfDeadRelay leaves entries pending with a consumer that
@@ -380,7 +368,7 @@ func TestClaimsEntriesOfDeadRelay(t *testing.T) {
 	if len(got) != 50 {
 		t.Fatalf("%d orders arrived, want 50", len(got))
 	}
-	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("s") })
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("s") })
 	if c := r.Stats().Claimed; c != 50 {
 		t.Fatalf("claimed %d, want 50", c)
 	}
@@ -417,7 +405,7 @@ func TestManyRelaysShareSales(t *testing.T) {
 	t.Logf("%d orders, %d duplicates on the broker", len(got), dups)
 	for i := range 3 {
 		sale := "s" + strconv.Itoa(i)
-		waitFor(t, 10*time.Second, sale+": outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+		localstack.WaitFor(t, 10*time.Second, sale+": the outbox emptied", func() bool { return e.outboxEmpty(sale) })
 	}
 }
 
@@ -432,7 +420,7 @@ func TestMalformedEntryStaysInStream(t *testing.T) {
 	ids = append(ids, e.addOrders("s", 5)...)
 	r, _ := e.startRelay("r1")
 	e.received(ids, 20*time.Second)
-	waitFor(t, 10*time.Second, "good entries not removed", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "the good entries removed", func() bool {
 		n := e.rdb.XLen(ctx, e.keys.Outbox("s")).Val()
 		p := e.rdb.XPending(ctx, e.keys.Outbox("s"), Group).Val()
 		return n == 1 && p != nil && p.Count == 0
@@ -455,7 +443,7 @@ func TestShutdownNeverDeletesUnconfirmed(t *testing.T) {
 	ctx := context.Background()
 	ids := e.addOrders("s", 5000)
 	r, stop := e.startRelay("r1")
-	waitFor(t, 20*time.Second, "nothing confirmed", func() bool { return r.Stats().Removed > 0 })
+	localstack.WaitFor(t, 20*time.Second, "an entry confirmed", func() bool { return r.Stats().Removed > 0 })
 	stop()
 	left := map[string]bool{}
 	for _, m := range e.rdb.XRange(ctx, e.keys.Outbox("s"), "-", "+").Val() {
@@ -476,13 +464,13 @@ func TestShutdownNeverDeletesUnconfirmed(t *testing.T) {
 
 	// A second relay finishes the job, claiming what the first held.
 	e.startRelay("r2")
-	waitFor(t, 30*time.Second, "second relay did not drain the outbox", func() bool { return e.outboxEmpty("s") })
+	localstack.WaitFor(t, 30*time.Second, "the second relay draining the outbox", func() bool { return e.outboxEmpty("s") })
 }
 
 func TestRunTwice(t *testing.T) {
 	e := newEnv(t)
 	r, _ := e.startRelay("r1")
-	waitFor(t, 10*time.Second, "relay not connected", func() bool { return r.Stats().Connected })
+	localstack.WaitFor(t, 10*time.Second, "the relay connected", func() bool { return r.Stats().Connected })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // in case the first Run has not started after all
 	if err := r.Run(ctx); err == nil {
@@ -529,7 +517,7 @@ func TestNackedEntriesStayPending(t *testing.T) {
 	rabbitmqctl(t, "set_policy", "--apply-to", "queues", policy, "^"+regexp.QuoteMeta(e.cfg.AMQP.Queue)+"$", `{"max-length":5}`)
 	t.Cleanup(func() { rabbitmqctl(t, "clear_policy", policy) })
 	// Policies apply asynchronously.
-	waitFor(t, 30*time.Second, "policy not applied", func() bool {
+	localstack.WaitFor(t, 30*time.Second, "the policy applied", func() bool {
 		for _, line := range strings.Split(rabbitmqctl(t, "list_queues", "--no-table-headers", "name", "policy"), "\n") {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == e.cfg.AMQP.Queue && f[1] == policy {
 				return true
@@ -540,7 +528,7 @@ func TestNackedEntriesStayPending(t *testing.T) {
 
 	// Fill the queue until RabbitMQ refuses (the limit is approximate
 	// for a quorum queue).
-	waitFor(t, 30*time.Second, "queue never full", func() bool {
+	localstack.WaitFor(t, 30*time.Second, "the queue full", func() bool {
 		ok, err := publishFiller(e)
 		if err != nil {
 			t.Fatal(err)
@@ -550,12 +538,12 @@ func TestNackedEntriesStayPending(t *testing.T) {
 
 	ids := e.addOrders("s", 10)
 	r, _ := e.startRelay("r1")
-	waitFor(t, 20*time.Second, "no nacks", func() bool { return r.Stats().Nacked >= 10 })
+	localstack.WaitFor(t, 20*time.Second, "10 nacks", func() bool { return r.Stats().Nacked >= 10 })
 	if n := e.rdb.XLen(context.Background(), e.keys.Outbox("s")).Val(); n != 10 {
 		t.Fatalf("outbox holds %d entries after the nacks, want 10", n)
 	}
 	e.received(ids, 30*time.Second) // consuming makes room: the retries get in
-	waitFor(t, 20*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("s") })
+	localstack.WaitFor(t, 20*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("s") })
 }
 
 // publishFiller publishes an order of another sale on a confirm channel and reports whether RabbitMQ accepted it.
@@ -653,5 +641,5 @@ func TestRelaysStateSnapshots(t *testing.T) {
 			t.Fatalf("%d of %d messages never arrived: %v", len(missing), len(want), missing)
 		}
 	}
-	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty(sale) })
 }

@@ -113,7 +113,7 @@ func TestIdleCostFollowsTheScan(t *testing.T) {
 		r, _ := e.startRelayWith(ctx, Deps{Redis: rdb, Name: "r" + strconv.Itoa(i)}, nil)
 		rs = append(rs, r)
 	}
-	waitFor(t, time.Minute, "the start-up scans have not ended", func() bool {
+	localstack.WaitFor(t, time.Minute, "the start-up scans ended", func() bool {
 		for _, r := range rs {
 			if r.Stats().Scans == 0 || !r.Stats().Connected {
 				return false
@@ -127,7 +127,7 @@ func TestIdleCostFollowsTheScan(t *testing.T) {
 	start := time.Now()
 	// The window ends once the scans have looked at 3,000 outboxes, about
 	// nine of their steps.
-	waitFor(t, time.Minute, "the rolling scans do not step", func() bool { return commandCalls(t, rdb)["xlen"] >= 3000 })
+	localstack.WaitFor(t, time.Minute, "the rolling scans stepping", func() bool { return commandCalls(t, rdb)["xlen"] >= 3000 })
 	calls := commandCalls(t, rdb)
 	window := time.Since(start)
 	delete(calls, "info") // the test's own
@@ -169,7 +169,7 @@ func TestNoticedOrderAmongManySales(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := e.startRelayWith(ctx, Deps{Redis: e.rdb, Name: "r1", ScanEvery: 24 * time.Hour}, func(r *Relay) { r.sc.floor = 0 })
-	waitFor(t, time.Minute, "the start-up scan has not ended", func() bool { return r.Stats().Scans > 0 })
+	localstack.WaitFor(t, time.Minute, "the start-up scan ended", func() bool { return r.Stats().Scans > 0 })
 	created := make(chan error, 1)
 	go func() { created <- createSales(ctx, e.rdb, e.keys, manySales, manySales) }()
 	sale := saleID(4242)
@@ -181,7 +181,7 @@ func TestNoticedOrderAmongManySales(t *testing.T) {
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty(sale) })
 }
 
 // TestScanFindsUnnoticedOrder: an order nobody told the relay of (its
@@ -195,11 +195,11 @@ func TestScanFindsUnnoticedOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := e.startRelayWith(ctx, Deps{Redis: e.rdb, Name: "r1", ScanEvery: 2 * time.Second}, nil)
-	waitFor(t, time.Minute, "the start-up scan has not ended", func() bool { return r.Stats().Scans > 0 })
+	localstack.WaitFor(t, time.Minute, "the start-up scan ended", func() bool { return r.Stats().Scans > 0 })
 	sale := saleID(7777)
 	ids := e.addOrders(sale, 3) // and no notice
 	e.received(ids, 30*time.Second)
-	waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty(sale) })
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty(sale) })
 }
 
 // TestQuietSalesLeave: an outbox the relay worked on leaves what it knows
@@ -224,7 +224,7 @@ func TestQuietSalesLeave(t *testing.T) {
 		ids := e.addOrders("q", 5)
 		r.Wrote("q")
 		e.received(ids, 30*time.Second)
-		waitFor(t, 10*time.Second, "outbox not emptied", func() bool { return e.outboxEmpty("q") })
-		waitFor(t, 10*time.Second, fmt.Sprintf("round %d: the quiet sale is still known", round), func() bool { return len(knows()) == 0 })
+		localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("q") })
+		localstack.WaitFor(t, 10*time.Second, fmt.Sprintf("round %d: the quiet sale forgotten", round), func() bool { return len(knows()) == 0 })
 	}
 }

@@ -32,7 +32,7 @@ func TestRabbitMQMemoryAlarm(t *testing.T) {
 	// Blocked: what is accepted stays in the outbox.
 	ctx := context.Background()
 	at := b.n202.Load()
-	waitUntil(t, 2*time.Minute, "1,000 buys accepted and kept in the outbox while RabbitMQ blocks publishers", func() bool {
+	localstack.WaitFor(t, 2*time.Minute, "1,000 buys accepted and kept in the outbox while RabbitMQ blocks publishers", func() bool {
 		q, _ := s.rdb.HGet(ctx, s.keys.Meta("alarm"), "outq").Int64() // orders in the outbox
 		return b.n202.Load() >= at+1000 && q >= 1000
 	})
@@ -81,7 +81,7 @@ func memoryAlarm(t *testing.T, on bool) {
 	if out, err := rabbitmqCLI("rabbitmqctl", "set_vm_memory_high_watermark", mark); err != nil {
 		t.Fatalf("set_vm_memory_high_watermark %s: %v\n%s", mark, err, out)
 	}
-	waitUntil(t, time.Minute, "RabbitMQ reports its memory alarm raised="+map[bool]string{true: "yes", false: "no"}[on], func() bool {
+	localstack.WaitFor(t, time.Minute, "RabbitMQ reports its memory alarm raised="+map[bool]string{true: "yes", false: "no"}[on], func() bool {
 		out, err := rabbitmqCLI("rabbitmq-diagnostics", "alarms")
 		return err == nil && strings.Contains(out, "Memory alarm") == on
 	})

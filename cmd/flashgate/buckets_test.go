@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/relay"
 	"github.com/flashgate/flashgate/retry"
 )
@@ -565,7 +566,7 @@ func (c *failoverBuyers) fail(msg string) {
 // waitAccepted waits until n buys have been accepted in all.
 func (c *failoverBuyers) waitAccepted(n int, timeout time.Duration) {
 	c.t.Helper()
-	waitUntil(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
+	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
 }
 
 // wait waits for the buyers to run out of users.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -144,7 +145,7 @@ func (b *buyers) wait() { b.wg.Wait() }
 // waitAccepted waits until n buys have been accepted in all.
 func (b *buyers) waitAccepted(n int64, timeout time.Duration) {
 	b.t.Helper()
-	waitUntil(b.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return b.n202.Load() >= n })
+	localstack.WaitFor(b.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return b.n202.Load() >= n })
 }
 
 // check fails the test on any answer a buyer should never get.

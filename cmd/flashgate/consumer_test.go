@@ -19,11 +19,11 @@ func (s *stack) drainThrough(sale string, n, consumers, at int, fault func(ps []
 	s.t.Helper()
 	want := s.publishOrders(sale, n)
 	ps := s.startConsumers(consumers)
-	waitUntil(s.t, 2*time.Minute, fmt.Sprintf("%d of %d orders in MySQL", at, n), func() bool { r, _ := s.count(sale); return r >= int64(at) })
+	localstack.WaitFor(s.t, 2*time.Minute, fmt.Sprintf("%d of %d orders in MySQL", at, n), func() bool { r, _ := s.count(sale); return r >= int64(at) })
 	fault(ps)
 	r, _ := s.count(sale)
 	s.t.Logf("%d of %d rows written at the fault", r, n)
-	waitUntil(s.t, 3*time.Minute, "all orders in MySQL", func() bool { r, _ := s.count(sale); return r >= int64(n) })
+	localstack.WaitFor(s.t, 3*time.Minute, "all orders in MySQL", func() bool { r, _ := s.count(sale); return r >= int64(n) })
 	s.checkRows(sale, want)
 }
 

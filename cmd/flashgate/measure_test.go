@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // TestMeasureDrainRate measures how fast one consumer, then two, move orders
@@ -33,7 +35,7 @@ func TestMeasureDrainRate(t *testing.T) {
 			s.publishOrders("rate", n)
 			start := time.Now()
 			s.startConsumers(k)
-			waitUntil(t, 20*time.Minute, "all orders in MySQL", func() bool { r, _ := s.count("rate"); return r >= int64(n) })
+			localstack.WaitFor(t, 20*time.Minute, "all orders in MySQL", func() bool { r, _ := s.count("rate"); return r >= int64(n) })
 			wall := time.Since(start)
 			var us int64
 			if err := s.db.QueryRow(`SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), MAX(created_at)) FROM orders`).Scan(&us); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/admin"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
@@ -312,7 +313,7 @@ func views(t *testing.T, g *gatewayProc, sale string, ids []string) map[string]*
 func (s *stack) waitNoneDue(sale string, timeout time.Duration) time.Time {
 	s.t.Helper()
 	ctx := context.Background()
-	waitUntil(s.t, timeout, "every due order of "+sale+" expired", func() bool {
+	localstack.WaitFor(s.t, timeout, "every due order of "+sale+" expired", func() bool {
 		due, err := s.rdb.ZCard(ctx, s.keys.Due(sale)).Result()
 		pending, _ := s.rdb.HGet(ctx, s.keys.Meta(sale), "pending").Int64()
 		return err == nil && due == 0 && pending == 0
@@ -710,7 +711,7 @@ func TestPaymentSweepKill9(t *testing.T) {
 	// Kill the gateway as soon as the sweep has begun, and before it ends.
 	ctx := context.Background()
 	var due int64
-	waitUntil(t, time.Minute, "the sweep began", func() bool {
+	localstack.WaitFor(t, time.Minute, "the sweep began", func() bool {
 		due = s.rdb.ZCard(ctx, s.keys.Due(sale)).Val()
 		return due < n
 	})
@@ -773,7 +774,7 @@ func TestPaymentRedisRestart(t *testing.T) {
 	l.set(settleAll(t, c, sale, pick(func(i int) bool { return i%8 == 1 }), true))
 
 	r.restart(t)
-	waitUntil(t, 30*time.Second, "gateway ready after the Redis restart", func() bool {
+	localstack.WaitFor(t, 30*time.Second, "gateway ready after the Redis restart", func() bool {
 		res, err := paymentClient.Get("http://" + g.public + "/readyz")
 		if err != nil {
 			return false
@@ -785,7 +786,7 @@ func TestPaymentRedisRestart(t *testing.T) {
 	// (buys, pays and views 503) until the consumer's repairer has checked
 	// it against MySQL.
 	ctx := context.Background()
-	waitUntil(t, time.Minute, "the sale released after its check against MySQL", func() bool {
+	localstack.WaitFor(t, time.Minute, "the sale released after its check against MySQL", func() bool {
 		h, err := s.rdb.HExists(ctx, s.keys.Meta(sale), "hold").Result()
 		return err == nil && !h
 	})

@@ -262,7 +262,7 @@ func (c *manyCrowd) fail(msg string) {
 
 func (c *manyCrowd) waitAccepted(n int64, timeout time.Duration) {
 	c.t.Helper()
-	waitUntil(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= n })
+	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= n })
 }
 
 // wait waits until every sale is sold out (or the manyCrowd gave up).
@@ -332,17 +332,17 @@ func TestRelayRabbitMQOutage(t *testing.T) {
 		}
 	})
 	ids := s.addOutbox("rl", 100)
-	waitUntil(t, 30*time.Second, "first entries relayed", func() bool { return s.rdb.XLen(ctx, s.keys.Outbox("rl")).Val() == 0 })
+	localstack.WaitFor(t, 30*time.Second, "first entries relayed", func() bool { return s.rdb.XLen(ctx, s.keys.Outbox("rl")).Val() == 0 })
 
 	localstack.Control(t, "stop", "rabbitmq")
 	ids = append(ids, s.addOutbox("rl", 500)...)
 	errs := r.Stats().Errors
-	waitUntil(t, time.Minute, "relay noticed the outage", func() bool { st := r.Stats(); return !st.Connected && st.Errors >= errs+2 })
+	localstack.WaitFor(t, time.Minute, "relay noticed the outage", func() bool { st := r.Stats(); return !st.Connected && st.Errors >= errs+2 })
 	if n := s.rdb.XLen(ctx, s.keys.Outbox("rl")).Val(); n != 500 {
 		t.Fatalf("outbox holds %d entries while RabbitMQ is down, want 500", n)
 	}
 	localstack.Control(t, "start", "rabbitmq")
-	waitUntil(t, 2*time.Minute, "outbox drained after RabbitMQ came back", func() bool { return s.rdb.XLen(ctx, s.keys.Outbox("rl")).Val() == 0 })
+	localstack.WaitFor(t, 2*time.Minute, "outbox drained after RabbitMQ came back", func() bool { return s.rdb.XLen(ctx, s.keys.Outbox("rl")).Val() == 0 })
 	s.consumeIDs(ids)
 	t.Logf("relay stats %+v", r.Stats())
 }

@@ -267,22 +267,6 @@ var poll = retry.Backoff{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}
 
 var errNotYet = errors.New("not yet")
 
-// waitUntil waits until cond holds, checking every 50ms or so, and fails
-// the test when it still does not after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := retry.Until(ctx, poll, func(context.Context) error {
-		if cond() {
-			return nil
-		}
-		return errNotYet
-	}, nil); err != nil {
-		t.Fatalf("not reached after %v: %s", timeout, what)
-	}
-}
-
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

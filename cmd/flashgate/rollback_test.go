@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/admin"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 )
 
@@ -242,7 +243,7 @@ func (r *rush) wait() []buyRes {
 // waitAccepted waits until n buys have been accepted in all.
 func (r *rush) waitAccepted(t *testing.T, n int64, timeout time.Duration) {
 	t.Helper()
-	waitUntil(t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return r.accepted.Load() >= n })
+	localstack.WaitFor(t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return r.accepted.Load() >= n })
 }
 
 func buyUntilAnswered(ctx context.Context, c *http.Client, g *gatewayProc, sale string, q buyReq) buyRes {
@@ -406,7 +407,7 @@ func (s *stack) mysqlLive(sale string) (units int64, perUser map[string]int64, s
 func (s *stack) waitSettled(sale string, timeout time.Duration) {
 	s.t.Helper()
 	prev := int64(-1)
-	waitUntil(s.t, timeout, "the outbox of "+sale+" empty and MySQL unchanged", func() bool {
+	localstack.WaitFor(s.t, timeout, "the outbox of "+sale+" empty and MySQL unchanged", func() bool {
 		outbox := s.rdb.XLen(context.Background(), s.keys.Outbox(sale)).Val()
 		n, units := s.count(sale)
 		cur := n<<32 | units
@@ -598,7 +599,7 @@ func TestRedisRollbackMidBurst(t *testing.T) {
 	// and some of the orders after the cut are in MySQL (those the repair
 	// must bring back); what the pipeline has not forwarded yet is lost.
 	var inMySQL int64
-	waitUntil(t, time.Minute, "500 buys accepted after the cut, 200 of them in MySQL", func() bool {
+	localstack.WaitFor(t, time.Minute, "500 buys accepted after the cut, 200 of them in MySQL", func() bool {
 		_, inMySQL = s.count(sale)
 		return b.accepted.Load() >= min(atCut+500, stock) && inMySQL >= min(soldAfter+200, stock)
 	})

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/broker"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/relay"
 	"github.com/flashgate/flashgate/retry"
 )
@@ -191,7 +192,7 @@ func startScaleConsumers(t *testing.T, s *stack, n int) []consumerProc {
 		t.Fatalf("RabbitMQ (run `make up`): %v", err)
 	}
 	defer sess.Close()
-	waitUntil(t, 30*time.Second, fmt.Sprintf("%d consumers on the queue", n), func() bool {
+	localstack.WaitFor(t, 30*time.Second, fmt.Sprintf("%d consumers on the queue", n), func() bool {
 		q, err := sess.Channel.QueueDeclarePassive(s.cfg.AMQP.Queue, true, false, false, false, nil)
 		if err != nil {
 			t.Fatalf("queue %s: %v", s.cfg.AMQP.Queue, err)
@@ -273,7 +274,7 @@ func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) 
 	}
 
 	cut.drop(reserveSHA(t, g))
-	waitUntil(t, 30*time.Second, "an order reserved through gateway A, whose reply A never got", func() bool {
+	localstack.WaitFor(t, 30*time.Second, "an order reserved through gateway A, whose reply A never got", func() bool {
 		findLost()
 		return len(lost) > 0
 	})
@@ -920,7 +921,7 @@ func (c *lbCrowd) fail(msg string) {
 // waitAccepted waits until n buys have been accepted in all.
 func (c *lbCrowd) waitAccepted(n int, timeout time.Duration) {
 	c.t.Helper()
-	waitUntil(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
+	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
 }
 
 // wait waits for the buyers to run out of users.

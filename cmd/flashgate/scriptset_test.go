@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/admin"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -53,7 +54,7 @@ func TestFailedReloadSurvivesRedisRestart(t *testing.T) {
 		t.Helper()
 		var code int
 		var raw string
-		waitUntil(t, wait, "an answer other than 503 to the buy of "+u, func() bool {
+		localstack.WaitFor(t, wait, "an answer other than 503 to the buy of "+u, func() bool {
 			var err error
 			code, raw, err = postBuy(paymentClient, g, sale, "k-"+u, `{"user_id":"`+u+`","quantity":1}`)
 			return err == nil && code != http.StatusServiceUnavailable
@@ -68,7 +69,7 @@ func TestFailedReloadSurvivesRedisRestart(t *testing.T) {
 	// the consumer, which needs its scripts loaded for that.
 	created := func(id string) {
 		t.Helper()
-		waitUntil(t, time.Minute, "order "+id+" created", func() bool {
+		localstack.WaitFor(t, time.Minute, "order "+id+" created", func() bool {
 			o, err := admin.ShowOrder(bg(t, 5*time.Second), "http://"+g.public, sale, id, admin.WithHTTPClient(paymentClient))
 			return err == nil && o.Status == "created"
 		})
@@ -94,7 +95,7 @@ func TestFailedReloadSurvivesRedisRestart(t *testing.T) {
 		t.Fatalf("reload of the broken folder: %v, want 422 script_error", err)
 	}
 	g.signal(t, syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, "the SIGHUP reload refused", func() bool {
+	localstack.WaitFor(t, 10*time.Second, "the SIGHUP reload refused", func() bool {
 		return strings.Contains(g.out.String(), "script reload on SIGHUP failed")
 	})
 	// What the gateway says of its set and the folder; the set stays the

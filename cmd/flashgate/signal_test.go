@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // SIGTERM under load: /readyz fails at once, buys go on being served during
@@ -130,7 +132,7 @@ func TestSIGHUPReloadsScripts(t *testing.T) {
 		t.Fatalf("scripts were never loaded: %v reloads", before)
 	}
 	p.signal(t, syscall.SIGHUP)
-	waitUntil(t, 10*time.Second, fmt.Sprintf("one reload after SIGHUP (%v before)", before), func() bool { return reloads() == before+1 })
+	localstack.WaitFor(t, 10*time.Second, fmt.Sprintf("one reload after SIGHUP (%v before)", before), func() bool { return reloads() == before+1 })
 	if code, body, err := httpDo(&http.Client{Timeout: 5 * time.Second}, "GET", "http://"+p.public+"/readyz", ""); err != nil || code != 200 {
 		t.Errorf("readyz after SIGHUP: %d %s %v", code, body, err)
 	}
