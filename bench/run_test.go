@@ -21,6 +21,7 @@ import (
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -402,11 +403,11 @@ func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool)
 					}
 					ids := []string{o.OrderID}
 					if drift && n == 8 {
-						ids = append(ids, "invented-"+sale) // unique: the scratch database outlives one test
+						ids = append(ids, "invented-"+sale)
 					}
 					for _, id := range ids {
-						if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity) VALUES (?, ?, ?, ?)`,
-							id, o.SaleID, o.UserID, o.Quantity); err != nil && ctx.Err() == nil {
+						if _, err := db.ExecContext(ctx, `INSERT IGNORE INTO orders (order_id, sale_id, user_id, quantity, reserved_at) VALUES (?, ?, ?, ?, ?)`,
+							id, o.SaleID, o.UserID, o.Quantity, o.ReservedAt); err != nil && ctx.Err() == nil {
 							t.Errorf("insert: %v", err)
 							return
 						}
@@ -426,7 +427,7 @@ func pipeline(t *testing.T, g *testGateway, db *sql.DB, sale string, drift bool)
 // TestRunWithMySQL runs the whole check, MySQL included, with the outbox
 // copied to MySQL a little later than the 202s.
 func TestRunWithMySQL(t *testing.T) {
-	db, dsn := testDatabase(t)
+	db, dsn := orderdbtest.OpenDSN(t)
 	g := startGateway(t)
 	sale := "mysql-" + localstack.RandomHex(4)
 	pipeline(t, g, db, sale, false)
@@ -450,7 +451,7 @@ func TestRunWithMySQL(t *testing.T) {
 // TestRunCatchesMySQLDrift loses one order on the way to MySQL and invents
 // one for a buyer who already has his unit: exactly the matching checks fail.
 func TestRunCatchesMySQLDrift(t *testing.T) {
-	db, dsn := testDatabase(t)
+	db, dsn := orderdbtest.OpenDSN(t)
 	g := startGateway(t)
 	sale := "drift-" + localstack.RandomHex(4)
 	pipeline(t, g, db, sale, true)

@@ -59,105 +59,60 @@ func unavailable(tb testing.TB, format string, args ...any) {
 var (
 	dbOnce sync.Once
 	dbConn *sql.DB
-	dbDSN  string
 	dbErr  error
 )
 
-// testDatabase returns a pool on a database of this process's own,
-// flashgate_test_bench_<random>, with the tables `items` (the strategy
-// benchmarks' one item) and `orders` (the columns of API.md), and its DSN.
-// The database is created at the first call and dropped at exit.
-func testDatabase(tb testing.TB) (*sql.DB, string) {
+// testDatabase returns a pool on a scratch database of this process's own
+// (localstack.NewDatabase), shared by the rounds of the strategy
+// benchmarks, with their one table `items`, each statement one round trip
+// (no prepare). The database is created at the first call and dropped by
+// TestMain. The tests of the orders table take a database of their own
+// with the real schema (orderdbtest).
+func testDatabase(tb testing.TB) *sql.DB {
 	tb.Helper()
 	dbOnce.Do(func() {
-		c, err := mysql.ParseDSN(localstack.MySQLDSN)
-		if err != nil {
-			dbErr = err
-			return
-		}
-		name := "flashgate_test_bench_" + localstack.RandomHex(4)
-		c.DBName = ""
-		c.InterpolateParams = true // one round trip per statement, no prepare
-		c.Timeout = 5 * time.Second
-		server, err := openDSN(c)
-		if err != nil {
-			dbErr = err
-			return
-		}
-		defer server.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := server.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-			dbErr = fmt.Errorf("create database %s (the flashgate user needs CREATE on flashgate\\_test%%): %w", name, err)
-			return
-		}
-		c.DBName = name
-		db, err := openDSN(c)
-		for _, q := range []string{
-			`CREATE TABLE items (id INT PRIMARY KEY, stock BIGINT NOT NULL) ENGINE=InnoDB`,
-			`CREATE TABLE orders (
-				order_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
-				sale_id  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-				user_id  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-				quantity INT NOT NULL,
-				KEY orders_sale (sale_id)) ENGINE=InnoDB`,
-		} {
-			if err == nil {
-				_, err = db.ExecContext(ctx, q)
-			}
-		}
+		dsn, drop, err := localstack.NewDatabase(ctx)
 		if err != nil {
 			dbErr = err
-			dropDatabase(c, name)
+			return
+		}
+		atExit = append(atExit, func() {
+			if err := drop(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		})
+		c, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			dbErr = err
+			return
+		}
+		c.InterpolateParams = true // one round trip per statement, no prepare
+		c.Timeout = 5 * time.Second
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			dbErr = err
+			return
+		}
+		db := sql.OpenDB(conn)
+		atExit = append(atExit, func() { db.Close() })
+		if _, err := db.ExecContext(ctx, `CREATE TABLE items (id INT PRIMARY KEY, stock BIGINT NOT NULL) ENGINE=InnoDB`); err != nil {
+			dbErr = err
 			return
 		}
 		var flush string
 		if db.QueryRowContext(ctx, `SELECT @@innodb_flush_log_at_trx_commit`).Scan(&flush) == nil {
-			fmt.Fprintf(os.Stderr, "scratch database %s, innodb_flush_log_at_trx_commit=%s\n", name, flush)
+			fmt.Fprintf(os.Stderr, "scratch database %s, innodb_flush_log_at_trx_commit=%s\n", c.DBName, flush)
 		}
 		db.SetMaxOpenConns(contenders)
 		db.SetMaxIdleConns(contenders)
-		dbConn, dbDSN = db, c.FormatDSN()
-		atExit = append(atExit, func() {
-			db.Close()
-			dropDatabase(c, name)
-		})
+		dbConn = db
 	})
 	if dbErr != nil {
 		unavailable(tb, "MariaDB: %v (run `make up`)", dbErr)
 	}
-	return dbConn, dbDSN
-}
-
-func openDSN(c *mysql.Config) (*sql.DB, error) {
-	conn, err := mysql.NewConnector(c)
-	if err != nil {
-		return nil, err
-	}
-	db := sql.OpenDB(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, err
-	}
-	return db, nil
-}
-
-func dropDatabase(c *mysql.Config, name string) {
-	c = c.Clone()
-	c.DBName = ""
-	db, err := openDSN(c)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-		return
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-		fmt.Fprintf(os.Stderr, "drop database %s: %v\n", name, err)
-	}
+	return dbConn
 }
 
 var (

@@ -21,7 +21,7 @@ import (
 const leanItem = 1
 
 func benchRowLockLean(b *testing.B) {
-	db, _ := testDatabase(b)
+	db := testDatabase(b)
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `REPLACE INTO items (id, stock) VALUES (?, ?)`, leanItem, b.N); err != nil {
 		b.Fatal(err)

@@ -174,7 +174,7 @@ var rowTables = []string{
 }
 
 func benchRowLock(b *testing.B) {
-	db, _ := testDatabase(b)
+	db := testDatabase(b)
 	ctx := context.Background()
 	for _, q := range rowTables {
 		if _, err := db.ExecContext(ctx, q); err != nil {

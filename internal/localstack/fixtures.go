@@ -3,7 +3,6 @@ package localstack
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
@@ -60,39 +58,6 @@ func RandomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// Database creates the database flashgate_test_<random> on MySQLDSN's
-// server with its user, drops it when the test ends, and returns its DSN.
-// It fails the test when MariaDB cannot be reached.
-func Database(tb testing.TB) string {
-	tb.Helper()
-	dc, err := mysql.ParseDSN(MySQLDSN)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	name := "flashgate_test_" + RandomHex(6)
-	dc.DBName = ""
-	admin, err := sql.Open("mysql", dc.FormatDSN())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		tb.Fatalf("MariaDB at %s: cannot create a test database (run `make up`): %v", dc.Addr, err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-			tb.Logf("drop %s: %v", name, err)
-		}
-		admin.Close()
-	})
-	dc.DBName = name
-	return dc.FormatDSN()
 }
 
 // DeleteKeys deletes every key of rdb under prefix (prefix + ":*"), a

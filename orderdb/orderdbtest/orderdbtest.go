@@ -32,6 +32,19 @@ func Open(tb testing.TB) *sql.DB {
 // pool (as DSN parameters), e.g. innodb_lock_wait_timeout.
 func OpenWith(tb testing.TB, vars map[string]string) *sql.DB {
 	tb.Helper()
+	db, _ := open(tb, vars)
+	return db
+}
+
+// OpenDSN is Open, and the database's DSN, for what connects on its own
+// (a process the test starts, a client under test that opens its own pool).
+func OpenDSN(tb testing.TB) (*sql.DB, string) {
+	tb.Helper()
+	return open(tb, nil)
+}
+
+func open(tb testing.TB, vars map[string]string) (*sql.DB, string) {
+	tb.Helper()
 	dc, err := mysql.ParseDSN(localstack.Database(tb))
 	if err != nil {
 		tb.Fatal(err)
@@ -54,7 +67,7 @@ func OpenWith(tb testing.TB, vars map[string]string) *sql.DB {
 	if err := orderdb.Migrate(ctx, db); err != nil {
 		tb.Fatal(err)
 	}
-	return db
+	return db, cfg.MySQL.DSN
 }
 
 // Orders makes n valid confirmed orders of a sale, with ids no other test
