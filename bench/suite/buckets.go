@@ -38,10 +38,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
-	"path/filepath"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -70,8 +69,6 @@ const (
 	// most 0.4× the work per order, all of them together at most 1.25×.
 	targetBusiest = 0.4
 	targetAll     = 1.25
-	// clusterSlots is Redis Cluster's number of hash slots.
-	clusterSlots = 16384
 )
 
 // bucketRun is one sale of one round.
@@ -217,105 +214,31 @@ func (c *localCluster) close(s *suite) {
 	os.RemoveAll(c.dir)
 }
 
-// slotRanges splits the hash slots among n primaries as `redis-cli
-// --cluster create` does (3 primaries: 0-5460, 5461-10922, 10923-16383).
-func slotRanges(n int) [][2]int {
-	per := float64(clusterSlots) / float64(n)
-	ranges := make([][2]int, n)
-	first, cursor := 0, 0.0
-	for i := range ranges {
-		last := int(math.Round(cursor + per - 1))
-		if last > clusterSlots-1 || i == n-1 {
-			last = clusterSlots - 1
-		}
-		ranges[i] = [2]int{first, last}
-		first = last + 1
-		cursor += per
-	}
-	return ranges
-}
-
-// port is the port of a host:port address.
-func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-
-// startCluster starts clusterPrimaries redis-server processes in cluster
-// mode on free ports (the bus on a port of its own, cluster-port), gives
-// each its range of slots, makes them meet, and waits until every node
-// sees the whole cluster served.
+// startCluster starts the suite's cluster (localstack.StartRedisCluster,
+// the one launcher of a private cluster): clusterPrimaries nodes on free
+// ports, on every CPU as the suite's other servers, set up as
+// deploy/local/cluster.sh sets up the nodes of `make up-cluster`, with no
+// automatic AOF rewrite (its fork would weigh on one round alone; each
+// round's start rewrites it instead).
 func (s *suite) startCluster(ctx context.Context) (*localCluster, error) {
 	dir, err := os.MkdirTemp(".run/bench", "buckets-")
 	if err != nil {
 		return nil, err
 	}
-	if dir, err = filepath.Abs(dir); err != nil { // redis-server reads paths after its chdir to --dir
+	rc, err := localstack.StartRedisCluster(ctx, localstack.ClusterOptions{Dir: dir, Primaries: clusterPrimaries,
+		Command: func(name string, args ...string) *exec.Cmd { return pinned(everyCPU(), name, args...) },
+		Args: []string{"--cluster-node-timeout", "5000",
+			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	s.servers = append(s.servers, rc.Nodes...)
 	c := &localCluster{dir: dir}
-	fail := func(err error) (*localCluster, error) {
-		c.close(s)
-		return nil, err
-	}
-	for i := range clusterPrimaries {
-		nodeDir := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.Mkdir(nodeDir, 0o755); err != nil {
-			return fail(err)
-		}
-		// As cluster.sh configures the nodes of `make up-cluster`, with no
-		// automatic AOF rewrite (its fork would weigh on one round alone;
-		// each round's start rewrites it instead).
-		srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: nodeDir, Cluster: true, Args: []string{
-			"--cluster-node-timeout", "5000",
-			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
-		if err != nil {
-			return fail(fmt.Errorf("cluster node %d: %w", i, err))
-		}
-		n := &clusterNode{addr: srv.Addr, bus: srv.Bus, srv: srv, rdb: redis.NewClient(&redis.Options{Addr: srv.Addr})}
-		c.nodes = append(c.nodes, n)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	// Distinct config epochs before the nodes meet, as redis-cli gives
-	// them, so that no epoch collision has to be resolved first.
-	for i, r := range slotRanges(len(c.nodes)) {
-		n := c.nodes[i]
-		if err := n.rdb.ClusterAddSlotsRange(ctx, r[0], r[1]).Err(); err != nil {
-			return fail(fmt.Errorf("cluster node %s: CLUSTER ADDSLOTS: %w", n.addr, err))
-		}
-		if err := n.rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fail(fmt.Errorf("cluster node %s: CLUSTER SET-CONFIG-EPOCH: %w", n.addr, err))
-		}
-	}
-	for _, n := range c.nodes[1:] {
-		if err := c.nodes[0].rdb.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port(n.addr), port(n.bus)).Err(); err != nil {
-			return fail(fmt.Errorf("CLUSTER MEET %s: %w", n.addr, err))
-		}
-	}
-	for _, n := range c.nodes {
-		for {
-			info, err := n.rdb.ClusterInfo(ctx).Result()
-			if err == nil && clusterHealthy(info, len(c.nodes)) {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fail(fmt.Errorf("cluster node %s not ok in time: %v %q", n.addr, err, info))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	for _, srv := range rc.Nodes {
+		c.nodes = append(c.nodes, &clusterNode{addr: srv.Addr, bus: srv.Bus, srv: srv, rdb: redis.NewClient(&redis.Options{Addr: srv.Addr})})
 	}
 	return c, nil
-}
-
-// clusterHealthy reads a CLUSTER INFO answer: the node says the cluster is
-// ok, knows its n nodes and sees every slot served.
-func clusterHealthy(info string, n int) bool {
-	want := map[string]string{"cluster_state": "ok", "cluster_known_nodes": strconv.Itoa(n), "cluster_slots_ok": strconv.Itoa(clusterSlots)}
-	for line := range strings.Lines(info) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if w, ok := want[k]; ok && v == w {
-			delete(want, k)
-		}
-	}
-	return len(want) == 0
 }
 
 // empty deletes every key and rewrites each node's AOF (outside what is

@@ -12,49 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestSlotRanges(t *testing.T) {
-	if got, want := fmt.Sprint(slotRanges(3)), "[[0 5460] [5461 10922] [10923 16383]]"; got != want {
-		t.Errorf("3 primaries: %s, want %s (redis-cli --cluster create's split)", got, want)
-	}
-	for _, n := range []int{1, 2, 3, 5, 7, 16} {
-		r := slotRanges(n)
-		if len(r) != n {
-			t.Fatalf("%d primaries: %d ranges", n, len(r))
-		}
-		next := 0
-		for i, s := range r {
-			if s[0] != next || s[1] < s[0] {
-				t.Fatalf("%d primaries: range %d is %v after slot %d", n, i, s, next-1)
-			}
-			next = s[1] + 1
-		}
-		if next != clusterSlots {
-			t.Errorf("%d primaries: the ranges end at %d, want %d", n, next-1, clusterSlots-1)
-		}
-	}
-}
-
-func TestClusterHealthy(t *testing.T) {
-	ok := "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\ncluster_known_nodes:3\r\ncluster_size:3\r\n"
-	for _, tc := range []struct {
-		name, info string
-		want       bool
-	}{
-		{"ok", ok, true},
-		{"state fail", strings.Replace(ok, "cluster_state:ok", "cluster_state:fail", 1), false},
-		{"a node not met yet", strings.Replace(ok, "cluster_known_nodes:3", "cluster_known_nodes:2", 1), false},
-		{"slots not all seen", strings.Replace(ok, "cluster_slots_ok:16384", "cluster_slots_ok:10923", 1), false},
-		{"no slots line", strings.Replace(ok, "cluster_slots_ok:16384\r\n", "", 1), false},
-		{"empty", "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := clusterHealthy(tc.info, 3); got != tc.want {
-				t.Errorf("clusterHealthy = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestBucketFigures(t *testing.T) {
 	const hot, moderate = 256, 64
 	runAt := func(conns, k int, rate float64, primary ...float64) bucketRun {

@@ -5,7 +5,14 @@
 # FG_REDIS_CLUSTER_PORTS of stack.env (cluster bus: port + 10000), run from
 # the same redis-server package as the single Redis of `make up`, as plain
 # background processes with their data under .run/redis-cluster/PORT/. Used
-# by `make up-cluster`, `make down` and `make test-cluster`.
+# by `make up-cluster`, `make down` and `make test-cluster`. It is the
+# shell entry of that one shared, long-lived cluster on fixed ports, beside
+# service.sh's Redis; a cluster of a program's own, on free ports, for as
+# long as it runs (the bench suite's buckets measurement, tests), is
+# started in Go by localstack.StartRedisCluster, which forms it the same
+# way: the slots split as redis-cli --cluster create splits them, ready
+# when every node says cluster_state:ok, knows every node and sees every
+# slot served (the bench gives its nodes this script's settings).
 #
 #   start    start every node that does not answer; on first use form the
 #            cluster (redis-cli --cluster create); wait until every node
