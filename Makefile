@@ -5,7 +5,7 @@
 #                   data in .run/redis-cluster/); make down stops it too
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make test       up + the whole test suite, then a short run of every fuzz target
-#   make test-cluster  up-cluster + the tests of what Redis Cluster can break, on it
+#   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
 #   make fuzz       every fuzz target for FUZZTIME each (default 3M inputs; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
 #   make check      lint, then up + tests (shuffled, race detector)
@@ -66,20 +66,22 @@ test: up
 up-cluster: up
 	@deploy/local/cluster.sh start
 
-# `make test-cluster` runs, on the cluster of `make up-cluster`, the tests of
-# what Redis Cluster can break, with FLASHGATE_REDIS_ADDRS set to its nodes:
-# the tests' clients and every process they start are cluster clients. The
-# reserve path (oversell, limits, idempotency, lock, restock, the script
-# cache flushed on every primary, reloads, payment and expiry, the
-# announcements, the sale registry, metrics over many sales) and the
-# pipeline (bursts over one and over many sales, kill -9 of a gateway, of a
-# consumer and of a sweeping gateway, RabbitMQ stopped under the gateway and
-# under a relay, three consumers on one queue, the README's walk-through),
-# the consumer package (orders marked created on the primary of their
-# sale), the relay package (outboxes read, scanned and claimed on every
-# primary), and the repair of held sales after a Redis rollback.
-# The tests that put a proxy or a descriptor limit in front of one Redis
-# are for one Redis only.
+# `make test-cluster` runs, on the cluster of `make up-cluster`, with
+# FLASHGATE_REDIS_ADDRS set to its nodes (the tests' clients and every
+# process they start are cluster clients), the packages whose tests use
+# Redis as the product does, whole: a new test runs there without being
+# listed. A test that cannot run on a cluster skips itself, saying why
+# (localstack.SingleRedisOnly), and the kit's calls that need one Redis
+# skip for it: the service Redis restarted (localstack.Control), a
+# redis-server of the test's own (localstack.PrivateRedis). Not here:
+# reconcile, scripts and bench, whose tests use a client of one Redis.
+CLUSTER_PKGS := ./internal/... ./sale/... ./expiry/ ./repair/ ./consumer/ ./relay/ ./cmd/flashgate/
+
+# To be removed once the gateway's tests skip themselves on a cluster (the
+# package then joins CLUSTER_PKGS): the gateway tests that run on the
+# cluster, named by hand; cluster_check fails when one of them is gone.
+# The ones left out put a proxy or a descriptor limit in front of one
+# Redis, or moved to sale/ and expiry/.
 CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestReservationIDReplay \
 	TestLockDuringBurst TestRestockMidSale TestInsufficientStock TestWindowsAndUnknownSale TestOrderStatus \
 	TestScriptFlushDuringBurst TestReloadDuringBurst TestBrokenScriptKeepsOldSet \
@@ -95,10 +97,6 @@ CLUSTER_TESTS_GATEWAY := TestOversell TestPerUserLimit TestIdempotencyKey TestRe
 	TestBucketRestock TestBucketScriptFlushDuringBurst TestBucketPaymentWindow TestBucketContract  \
 	TestBucketForgottenWhenGone TestBucketMetrics  \
 	TestBucketLowerStockUnderLoad TestBucketRaiseStockUnderLoad TestBucketAdminConflicts 
-CLUSTER_TESTS_CMD := TestPipelineBurst TestPipelineManySales TestPipelineGatewayKill9 TestPipelineRabbitMQOutage \
-	TestRelayRabbitMQOutage TestConsumerKill9 TestPaymentLifecycle TestPaymentSweepKill9 TestScaleConsumersShare \
-	TestSIGHUPReloadsScripts TestREADMEWalkthrough TestRedisClientOneOrCluster \
-	TestBucketsPipelineBurst TestBucketsGatewayKill9
 # go test -run takes one regular expression: ^(A|B|…)$$.
 cluster_empty :=
 cluster_space := $(cluster_empty) $(cluster_empty)
@@ -112,10 +110,8 @@ cluster_check = got=$$($(GO) test -list '$(call cluster_run,$(2))' $(1) | grep -
 
 test-cluster: up-cluster
 	@$(call cluster_check,./gateway/,$(CLUSTER_TESTS_GATEWAY))
-	@$(call cluster_check,./cmd/flashgate/,$(CLUSTER_TESTS_CMD))
-	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./internal/... ./sale/... ./expiry/ ./repair/ ./consumer/ ./relay/
+	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(CLUSTER_PKGS)
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_GATEWAY))' ./gateway/
-	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(call cluster_run,$(CLUSTER_TESTS_CMD))' ./cmd/flashgate/
 
 # go test -fuzz takes one target of one package per run: each target found
 # in a package that has any runs in turn, for FUZZTIME.

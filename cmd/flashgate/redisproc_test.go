@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -22,26 +21,17 @@ type redisProc struct {
 
 // startRedis starts a redis-server configured as deploy/local/service.sh
 // configures the local one (AOF on, fsync every second, no RDB snapshots)
-// and waits until it answers. It is stopped when the test ends.
+// and waits until it answers. It is stopped when the test ends. The test
+// runs on it, one Redis, so it is skipped on a Redis Cluster
+// (localstack.PrivateRedis).
 func startRedis(t *testing.T) *redisProc { return startRedisIn(t, t.TempDir()) }
 
 // startRedisIn is startRedis on the data already in dir (an append-only
 // folder put there), which the server reads back before it answers.
 func startRedisIn(t *testing.T, dir string) *redisProc {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
-	}
-	srv, err := localstack.StartRedisServer(bg(t, time.Minute), localstack.RedisOptions{Dir: dir,
+	srv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: dir,
 		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
 	return &redisProc{srv: srv, addr: srv.Addr}
 }
 

@@ -353,8 +353,13 @@ type replyCut struct {
 	ids   map[string]bool // order ids of the reservations whose reply was dropped
 }
 
+// startReplyCut starts the proxy in front of the Redis at target. Its one
+// address is one Redis to a gateway, which refuses a node of a Redis
+// Cluster as such (errClusterNode), and a cluster's other nodes would be
+// reached around it: on a cluster the test is skipped.
 func startReplyCut(t *testing.T, target string) *replyCut {
 	t.Helper()
+	localstack.SingleRedisOnly(t, "a proxy in front of one Redis withholds its replies")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,23 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// SingleRedisOnly skips tb, saying why, when the tests run on a Redis
+// Cluster (Cluster): for a test that needs one Redis, e.g. a proxy in front
+// of it. `make test-cluster` runs whole packages on the cluster, so a test
+// that cannot run there says so here, or through a kit call that needs one
+// Redis (Control of "redis", PrivateRedis), which calls this.
+func SingleRedisOnly(tb testing.TB, why string) {
+	tb.Helper()
+	if Cluster() {
+		tb.Skipf("one Redis only: %s (FLASHGATE_REDIS_ADDRS names a Redis Cluster)", why)
+	}
+}
 
 // ClusterSlots is Redis Cluster's number of hash slots.
 const ClusterSlots = 16384

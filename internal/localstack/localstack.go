@@ -1,14 +1,17 @@
-// Package localstack is the local stack of `make up` as the tests see it:
-// where the services are (config's defaults, which its test holds to
+// Package localstack is the tests' kit: the local stack of `make up` as
+// the tests see it, and what every test package shares. Where the
+// services are (config's defaults, which its test holds to
 // deploy/local/stack.env, unless the environment points elsewhere: with
-// several Redis addresses, a Redis Cluster and cluster clients), a
-// corner of them for each test (a key prefix, a topology, a scratch
-// database, removed when the test ends), the lock that keeps fault tests
-// (which stop and restart RabbitMQ and MariaDB) from running while other
-// packages use those services, with the goroutine leak check of every
-// package's TestMain (Main), the service control script, and
-// redis-servers of a caller's own (StartRedisServer) for tests that kill or
-// reconfigure Redis. It is imported by tests and by the bench suite.
+// several Redis addresses, a Redis Cluster and cluster clients); a corner
+// of them for each test (a key prefix, a topology, a scratch database,
+// removed when the test ends); the one TestMain (Main: the lock that keeps
+// fault tests, which stop and restart RabbitMQ and MariaDB, from running
+// while other packages use those services, and the goroutine leak check);
+// the one wait (WaitFor); the service control script; redis-servers and
+// Redis Clusters of a caller's own (StartRedisServer, PrivateRedis,
+// StartRedisCluster) for tests that kill or reconfigure Redis; and the
+// skip of a test that needs one Redis when the tests run on a cluster
+// (SingleRedisOnly). It is imported by tests and by the bench suite.
 package localstack
 
 import (
@@ -111,9 +114,14 @@ const serviceWait = 4 * time.Minute
 // failed fault test does not take the next tests' services with it. It
 // blocks for up to four minutes; call it from the test's goroutine. Only a
 // package that holds the fault lock exclusively (Main with StopsServices)
-// may take a service down.
+// may take a service down. On a Redis Cluster it skips the test for any
+// action on redis (SingleRedisOnly): the service Redis is not the
+// cluster.
 func Control(tb testing.TB, action, name string) {
 	tb.Helper()
+	if name == "redis" {
+		SingleRedisOnly(tb, "service.sh "+action+" redis acts on the Redis of `make up`, not on the cluster's nodes")
+	}
 	if action != "start" && action != "status" {
 		tb.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), serviceWait)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -91,6 +92,35 @@ func StartRedisServer(ctx context.Context, o RedisOptions) (*RedisServer, error)
 			return r, err
 		}
 	}
+}
+
+// PrivateRedis is StartRedisServer for a test: a redis-server of the
+// test's own, stopped (cleanly) when the test ends, the test failed when it
+// cannot start (redis-server missing included: `make up` installs it) or
+// does not stop. A server of one Redis (not o.Cluster) skips the test on a
+// Redis Cluster (SingleRedisOnly): the test then runs on its own single
+// Redis, not on the cluster, and the cluster run would only repeat the
+// single one.
+func PrivateRedis(tb testing.TB, o RedisOptions) *RedisServer {
+	tb.Helper()
+	if !o.Cluster {
+		SingleRedisOnly(tb, "the test runs on a redis-server of its own")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatalf("no redis-server on PATH (make up installs it): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := StartRedisServer(ctx, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return r
 }
 
 // FreeAddrs returns n distinct loopback addresses that were free a moment
