@@ -411,10 +411,11 @@ func (s *stack) checkStockConserved(sale string, lanes []string, stock int64) {
 // entries of the buckets' outboxes: g is frozen (SIGSTOP) at moments until
 // it is seen holding some, and killed while frozen. Until half of the
 // stock is sold it waits for a moment when a move of stock is half done
-// too (a record outlives the freeze: g's, since a living gateway finishes
-// a move within a few Redis calls), so that the settling pass has a dead
-// gateway's move to finish; after that, entries are enough. It returns the
-// entries held and the move records left. It fails the test when no such
+// too (a record that outlives the freeze: g's, or, when the look is
+// quicker than its few Redis calls, a living gateway's, which only makes
+// the moment earlier), so that the settling pass has a dead gateway's move
+// to finish; after that, entries are enough. It returns the entries held
+// and the move records left. It fails the test when no such
 // moment comes within a minute, or before last buys are accepted.
 func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *failoverBuyers, half, last int64) (int64, map[string]string) {
 	t.Helper()
@@ -432,8 +433,10 @@ func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *fail
 		}
 		g.signal(t, syscall.SIGSTOP)
 		before := s.moves(lanes)
-		// What g sent before it stopped reaches Redis before the look.
-		time.Sleep(20 * time.Millisecond)
+		// The look sees all g asked of Redis before it stopped: a held
+		// entry it had acknowledged, or a move it had finished, in flight
+		// at the stop, would be counted as held, or half done.
+		waitStoppedAndRead(t, g.proc, s.cfg.Redis.Addrs)
 		var held int64
 		for _, lane := range lanes {
 			p, err := s.rdb.XPending(ctx, s.keys.Outbox(lane), relay.Group).Result()

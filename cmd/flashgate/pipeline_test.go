@@ -283,7 +283,8 @@ func (c *manyCrowd) check() map[string]map[string]string {
 
 // TestPipelineRabbitMQOutage guards invariant 6: "a restart of RabbitMQ
 // ... loses no confirmed order and duplicates none". RabbitMQ is stopped
-// for several seconds in the middle of a burst. Buys keep being accepted
+// in the middle of a burst, until the relay has failed to reach it twice
+// more and a thousand more buys were accepted. Buys keep being accepted
 // (the outbox holds them); once RabbitMQ is back every order arrives, once.
 func TestPipelineRabbitMQOutage(t *testing.T) {
 	s := newStack(t)
@@ -293,9 +294,16 @@ func TestPipelineRabbitMQOutage(t *testing.T) {
 
 	b := startBuyers(t, "http://"+g.public, "outage", 16, -1, 2*time.Millisecond)
 	b.waitAccepted(1000, time.Minute)
+	metrics := "http://" + g.admin + "/metrics"
+	errs := scrapeURL(t, metrics)["flashgate_relay_errors_total"]
 	localstack.Control(t, "stop", "rabbitmq")
 	down := b.n202.Load()
-	time.Sleep(3 * time.Second) // the outage lasts; buyers keep buying
+	// The outage lasts until the relay has failed to reach RabbitMQ twice
+	// more and 1,000 more buys were accepted meanwhile.
+	localstack.WaitFor(t, time.Minute, "the relay disconnected, 2 more relay errors, 1,000 buys accepted during the outage", func() bool {
+		m := scrapeURL(t, metrics)
+		return m["flashgate_relay_connected"] == 0 && m["flashgate_relay_errors_total"] >= errs+2 && b.n202.Load() >= down+1000
+	})
 	during := b.n202.Load() - down
 	localstack.Control(t, "start", "rabbitmq")
 	b.waitAccepted(b.n202.Load()+1000, time.Minute)

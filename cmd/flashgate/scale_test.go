@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -286,8 +287,10 @@ func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) 
 			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.n202.Load())
 		}
 		g.signal(t, syscall.SIGSTOP)
-		// What g sent before it stopped reaches Redis before the look.
-		cut.waitQuiet(20 * time.Millisecond)
+		// The look sees all g asked of Redis before it stopped: a held
+		// entry it had acknowledged, in flight at the stop, would be
+		// counted as held.
+		cut.waitForwarded(t, g.proc)
 		var name string
 		var held int64
 		for _, sale := range scaleSales {
@@ -345,12 +348,21 @@ type replyCut struct {
 	target  string
 	sha     string // of the reserve script; set before dropping is
 	dropOn  atomic.Bool
-	lastUp  atomic.Int64 // UnixNano of the last bytes passed to Redis
 	up, all sync.WaitGroup
 
-	mu    sync.Mutex
-	conns []net.Conn
-	ids   map[string]bool // order ids of the reservations whose reply was dropped
+	mu     sync.Mutex
+	conns  []net.Conn
+	ids    map[string]bool // order ids of the reservations whose reply was dropped
+	uppers []*upper        // the copiers towards Redis, which park can hold
+}
+
+// upper is one connection's copier towards Redis, as park sees it.
+type upper struct {
+	gw      net.Conn
+	parking atomic.Bool   // a park is asked for: a read timeout means park
+	parked  chan struct{} // the copier says it is parked
+	resume  chan struct{} // the copier goes on
+	done    chan struct{} // closed when the copier ends
 }
 
 // startReplyCut starts the proxy in front of the Redis at target. Its one
@@ -410,16 +422,27 @@ func (c *replyCut) pass(gw net.Conn) {
 	c.mu.Unlock()
 	var qmu sync.Mutex
 	var queue []bool // per command in flight, oldest first: drop its reply
+	u := &upper{gw: gw, parked: make(chan struct{}, 1), resume: make(chan struct{}, 1), done: make(chan struct{})}
+	c.mu.Lock()
+	c.uppers = append(c.uppers, u)
+	c.mu.Unlock()
 	c.up.Add(1)
 	c.all.Add(2)
 	go func() {
 		defer c.all.Done()
 		defer c.up.Done()
+		defer close(u.done)
 		defer rd.Close()
 		buf := make([]byte, 32<<10)
 		var pend []byte
 		for {
 			n, err := gw.Read(buf)
+			if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && u.parking.Load() {
+				// Everything read so far has been written to Redis.
+				u.parked <- struct{}{}
+				<-u.resume
+				continue
+			}
 			if n > 0 {
 				pend = append(pend, buf[:n]...)
 				for {
@@ -440,7 +463,6 @@ func (c *replyCut) pass(gw net.Conn) {
 				if _, err := rd.Write(buf[:n]); err != nil {
 					return
 				}
-				c.lastUp.Store(time.Now().UnixNano())
 			}
 			if err != nil {
 				return
@@ -512,14 +534,64 @@ func (c *replyCut) droppedIDs() []string {
 	return out
 }
 
-// waitQuiet waits until nothing has been passed to Redis for d (at most a
-// second).
-func (c *replyCut) waitQuiet(d time.Duration) {
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(d / 4) {
-		if time.Since(time.Unix(0, c.lastUp.Load())) >= d {
-			return
+// waitForwarded waits until gateway g, sent SIGSTOP, is stopped, and all
+// it sent through the proxy has been read by Redis: g's bytes read by the
+// proxy (waitStoppedAndRead's check), each copier parked (between two
+// reads: all it read, written), and the proxy's bytes read by Redis. A look
+// at Redis after it sees everything g asked of Redis before it stopped. It
+// fails the test when that is not so within 10 s.
+func (c *replyCut) waitForwarded(t *testing.T, g *proc) {
+	t.Helper()
+	to := map[string]bool{c.addr(): true}
+	redis := map[string]bool{c.target: true}
+	var why string
+	defer func() {
+		if t.Failed() { // WaitFor failed: say what was left
+			t.Logf("the last look: %s", why)
+		}
+	}()
+	localstack.WaitFor(t, 10*time.Second, fmt.Sprintf("%s (pid %d) stopped, with what it sent read by Redis through the proxy", g.name, g.cmd.Process.Pid), func() bool {
+		release := c.park(t)
+		defer release()
+		if why = sentUnread(g.cmd.Process.Pid, to); why == "" {
+			why = unread(os.Getpid(), redis)
+		}
+		return why == ""
+	})
+}
+
+// park holds every copier towards Redis between two reads, and returns
+// the function that lets them go on. It fails the test when a copier does
+// not park within 10 s.
+func (c *replyCut) park(t *testing.T) (release func()) {
+	t.Helper()
+	c.mu.Lock()
+	us := slices.Clone(c.uppers)
+	c.mu.Unlock()
+	var asked []*upper
+	release = func() {
+		for _, u := range asked {
+			_ = u.gw.SetReadDeadline(time.Time{})
+			u.parking.Store(false)
+			select { // buffered: also for one that parks late
+			case u.resume <- struct{}{}:
+			default: // one that ended, asked before
+			}
 		}
 	}
+	for _, u := range us {
+		u.parking.Store(true)
+		_ = u.gw.SetReadDeadline(time.Now()) // the next read, or the one under way, times out
+		asked = append(asked, u)
+		select {
+		case <-u.parked:
+		case <-u.done:
+		case <-time.After(10 * time.Second):
+			release()
+			t.Fatal("a copier of the proxy did not park")
+		}
+	}
+	return release
 }
 
 // waitSent waits until the gateway's connections have all ended, so that

@@ -35,6 +35,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		stop          = make(chan struct{})
 		wg            sync.WaitGroup
 	)
+	// The buyers stop when the gateway has exited, or when the test
+	// fails before.
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop) }); wg.Wait() }
+	defer halt()
 	for w := 0; w < 16; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -70,10 +75,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			}
 		}(w)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for accepted.Load() < 500 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	localstack.WaitFor(t, 20*time.Second, "500 buys accepted before SIGTERM", func() bool { return accepted.Load() >= 500 })
 	termSent.Store(true)
 	p.signal(t, syscall.SIGTERM)
 
@@ -100,8 +102,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 		closeSeen = res.Close
 	}
 	code := p.waitExit(t, 15*time.Second)
-	close(stop)
-	wg.Wait()
+	halt()
 
 	if code != 0 {
 		t.Errorf("exit code %d after SIGTERM\n%s", code, p.out)
