@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/expiry"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
@@ -60,18 +61,29 @@ func startGateway(t *testing.T) *testGateway {
 	if _, err := loader.Load(ctx); err != nil {
 		t.Fatalf("load scripts: %v", err)
 	}
-	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.Options{
+	// What cmd/flashgate's runGateway wires around the Server, but the
+	// relay: the sales' store and the payment sweeper (whose expiries and
+	// lag TestRunPaysAndExpires checks), both run while the gateway does.
+	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
+	sales, err := sale.New(rdb, loader, keys, sale.Options{
 		Batch:   sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
 		Timeout: cfg.Redis.Timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Sales: sales, Loader: loader})
+	sweeper := expiry.New(rdb, loader, keys, expiry.Deps{Log: zap.NewNop(), Timeout: cfg.Redis.Timeout, Wrote: sales.Touch})
+	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Sales: sales, Loader: loader, Metrics: func(w io.Writer) {
+		sales.WriteMetrics(w)
+		sweeper.WriteMetrics(w)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var jobs sync.WaitGroup
+	jobs.Go(func() { sales.Run(runCtx) })
+	jobs.Go(func() { sweeper.Run(runCtx) })
 	go func() { done <- srv.Run(runCtx) }()
 	t.Cleanup(func() {
 		stop()
@@ -83,6 +95,7 @@ func startGateway(t *testing.T) *testGateway {
 		case <-time.After(10 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
+		jobs.Wait()
 		rdb.Close()
 	})
 	return &testGateway{public: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
