@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
@@ -20,7 +19,7 @@ import (
 )
 
 // TestMain fails the package when a goroutine outlives its tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { localstack.Main(m) }
 
 // newTestStore is a sale.Store and a Sweeper on a Redis client of their
 // own, of the Redis of `make up` (or the cluster of FLASHGATE_REDIS_ADDRS),

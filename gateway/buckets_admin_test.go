@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Admin updates of a hot sale of several buckets answer as on a sale of one
@@ -140,7 +142,7 @@ func testBucketLowerStockUnderLoad(t *testing.T, g *testGateway, sale string) {
 	// The crowd buys at most `more` units before it is freed: whatever it
 	// has sold when the lowering takes effect is at most that.
 	h := startHotBuyers(t, g, sale, 24, more)
-	waitFor(t, "some accepts before the lowering", func() bool { return h.accepted.Load() >= 200 })
+	localstack.WaitFor(t, 20*time.Second, "some accepts before the lowering", func() bool { return h.accepted.Load() >= 200 })
 
 	low := checkBelowSold(t, g.put(sale, `{"stock":1}`), 1)
 	if v := g.view(sale); v.num("stock") != stock {
@@ -182,7 +184,7 @@ func TestBucketRaiseStockUnderLoad(t *testing.T) {
 	const sale, raised = "braise", 2600
 	g.mustSale(sale, `{"stock":2000,"per_user_limit":1,"buckets":3}`)
 	h := startHotBuyers(t, g, sale, 48, -1)
-	waitFor(t, "some accepts before the raise", func() bool { return h.accepted.Load() >= 300 })
+	localstack.WaitFor(t, 20*time.Second, "some accepts before the raise", func() bool { return h.accepted.Load() >= 300 })
 	r := g.put(sale, fmt.Sprintf(`{"stock":%d}`, raised))
 	if r.code != 200 || r.num("stock") != raised || r.num("sold")+r.num("remaining") != raised {
 		t.Fatalf("raise the stock to %d: %d %s", raised, r.code, r.raw)

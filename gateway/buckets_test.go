@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale/saletest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/scripts"
@@ -194,7 +196,7 @@ func TestBucketLockDuringBurst(t *testing.T) {
 			}
 		}(w)
 	}
-	waitFor(t, "some accepts before the lock", func() bool { return accepted.Load() > 300 })
+	localstack.WaitFor(t, 20*time.Second, "some accepts before the lock", func() bool { return accepted.Load() > 300 })
 	if r := g.adminPost(sale, "lock", ""); r.code != 200 || r.body["locked"] != true {
 		t.Fatalf("lock: %d %s", r.code, r.raw)
 	}
@@ -205,7 +207,7 @@ func TestBucketLockDuringBurst(t *testing.T) {
 		}
 	}
 	soldAtLock := g.view(sale).num("sold")
-	waitFor(t, "buys against the lock", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "buys against the lock", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -222,7 +224,7 @@ func TestBucketLockDuringBurst(t *testing.T) {
 		t.Fatalf("unlock: %d %s", r.code, r.raw)
 	}
 	before := accepted.Load()
-	waitFor(t, "accepts after unlock", func() bool { return accepted.Load() > before+300 })
+	localstack.WaitFor(t, 20*time.Second, "accepts after unlock", func() bool { return accepted.Load() > before+300 })
 	close(stop)
 	wg.Wait()
 	if n := late.Load(); n > 0 {
@@ -310,7 +312,7 @@ func TestBucketScriptFlushDuringBurst(t *testing.T) {
 	// have left units in a move record for the settling pass: sell what is
 	// left, as a crowd that keeps coming would.
 	drained := 0
-	waitFor(t, "the rest of the sale to sell", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the rest of the sale to sell", func() bool {
 		r := g.buy(sale, "d"+itoa(drained), 1, "")
 		drained++
 		o.add(t, r, "d"+itoa(drained-1))
@@ -412,7 +414,7 @@ func TestBucketPaymentWindow(t *testing.T) {
 	}
 	// ids[0], ids[3] (600 s) and the re-buy are pending; the three short
 	// ones expire.
-	waitFor(t, "the short orders to expire", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the short orders to expire", func() bool {
 		v := g.view(sale)
 		return v.num("sold") == 4 && v.num("pending_payment") == 3
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/sale/saletest"
 	"testing"
@@ -26,7 +27,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	}
 	// The sale's creation is announced too; once that has arrived, the
 	// sold-out answer is remembered.
-	waitFor(t, "the sold-out sale to be remembered", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the sold-out sale to be remembered", func() bool {
 		if r := g.buy("so", "late0", 1, ""); r.code != 410 {
 			t.Fatalf("sold out: %d %s", r.code, r.raw)
 		}
@@ -58,7 +59,7 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	if r := g.adminPost("so", "restock", `{"quantity":1}`); r.code != 200 {
 		t.Fatalf("restock: %d %s", r.code, r.raw)
 	}
-	waitFor(t, "the restock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
+	localstack.WaitFor(t, 20*time.Second, "the restock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
 	if r := g.buy("so", "b1", 1, ""); r.code != 202 {
 		t.Errorf("buy after restock: %d %s", r.code, r.raw)
 	}
@@ -69,14 +70,14 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 	// The restock's and the lock's own announcements reach this gateway
 	// after their calls returned; an answer whose call overlapped one is
 	// rightly not remembered (it may predate the change), so the next one is.
-	waitFor(t, "the locked sale to be remembered", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the locked sale to be remembered", func() bool {
 		if r := g.buy("so", "c1", 1, ""); r.code != 423 {
 			t.Fatalf("locked: %d %s", r.code, r.raw)
 		}
 		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), sale.ErrLocked)
 	})
 	g.adminPost("so", "unlock", "")
-	waitFor(t, "the unlock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
+	localstack.WaitFor(t, 20*time.Second, "the unlock to reach the gateway", func() bool { return g.srv.closed.get([]byte("so"), time.Now()) == nil })
 	if r := g.buy("so", "c2", 1, ""); r.code != 202 {
 		t.Errorf("buy after unlock: %d %s", r.code, r.raw)
 	}
@@ -95,7 +96,7 @@ func TestClosedSaleTTLSafetyNet(t *testing.T) {
 	if err := g.rdb.HSet(context.Background(), g.keys.Meta("ttl"), "stock", 2).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the TTL to reopen the sale", func() bool { return g.buy("ttl", "b", 1, "").code == 202 })
+	localstack.WaitFor(t, 20*time.Second, "the TTL to reopen the sale", func() bool { return g.buy("ttl", "b", 1, "").code == 202 })
 }
 
 // Concurrent buyers of one sale share script calls; invariant 1 holds.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale/saletest"
 	"sync"
 	"sync/atomic"
@@ -78,7 +79,7 @@ func TestAnnouncementsFromEveryPrimary(t *testing.T) {
 		}
 		// An answer whose call overlapped the creation's announcement is
 		// rightly not remembered; once it has arrived, the next one is.
-		waitFor(t, "the sold-out "+sale+" to be remembered", func() bool {
+		localstack.WaitFor(t, 20*time.Second, "the sold-out "+sale+" to be remembered", func() bool {
 			if r := g.buy(sale, "late", 1, ""); r.code != 410 {
 				t.Fatalf("%s: sold out: %d %s", sale, r.code, r.raw)
 			}
@@ -89,7 +90,7 @@ func TestAnnouncementsFromEveryPrimary(t *testing.T) {
 		if r := g.adminPost(sale, "restock", `{"quantity":1}`); r.code != 200 {
 			t.Fatalf("%s: restock: %d %s", sale, r.code, r.raw)
 		}
-		waitFor(t, "the restock of "+sale+" on "+saletest.PrimaryOf(t, g.rdb, g.keys.Meta(sale))+" to be announced", func() bool {
+		localstack.WaitFor(t, 20*time.Second, "the restock of "+sale+" on "+saletest.PrimaryOf(t, g.rdb, g.keys.Meta(sale))+" to be announced", func() bool {
 			return g.srv.closed.get([]byte(sale), time.Now()) == nil
 		})
 		if r := g.buy(sale, "second", 1, ""); r.code != 202 {
@@ -163,7 +164,7 @@ func TestSweepEveryPrimary(t *testing.T) {
 		}
 	}
 	for _, sale := range sales {
-		waitFor(t, "the orders of "+sale+" to expire", func() bool {
+		localstack.WaitFor(t, 20*time.Second, "the orders of "+sale+" to expire", func() bool {
 			v := g.view(sale)
 			return v.num("pending_payment") == 0 && v.num("sold") == 0 && v.num("remaining") == 5
 		})

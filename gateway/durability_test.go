@@ -137,7 +137,7 @@ func TestZeroLossSellsOnlyWhileRedisFsyncsEveryWrite(t *testing.T) {
 
 	r.do(t, "CONFIG", "SET", "appendfsync", "always")
 	n := 0
-	waitFor(t, "a buy accepted after CONFIG SET appendfsync always", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "a buy accepted after CONFIG SET appendfsync always", func() bool {
 		n++
 		b := g.buy("zl", "u-"+strconv.Itoa(n), 1, "")
 		if b.code != 202 && (b.code != 503 || b.status() != "unavailable") {
@@ -158,7 +158,7 @@ func TestZeroLossSellsOnlyWhileRedisFsyncsEveryWrite(t *testing.T) {
 
 	for _, set := range [][2]string{{"appendfsync", "everysec"}, {"appendonly", "no"}} {
 		r.do(t, "CONFIG", "SET", set[0], set[1])
-		waitFor(t, "buys refused after CONFIG SET "+set[0]+" "+set[1], func() bool {
+		localstack.WaitFor(t, 20*time.Second, "buys refused after CONFIG SET "+set[0]+" "+set[1], func() bool {
 			n++
 			b := g.buy("zl", "u-"+strconv.Itoa(n), 1, "")
 			return b.code == 503 && b.status() == "unavailable"
@@ -169,7 +169,7 @@ func TestZeroLossSellsOnlyWhileRedisFsyncsEveryWrite(t *testing.T) {
 		}
 		r.do(t, "CONFIG", "SET", "appendfsync", "always")
 		r.do(t, "CONFIG", "SET", "appendonly", "yes")
-		waitFor(t, "buys accepted again after restoring appendonly yes, appendfsync always", func() bool {
+		localstack.WaitFor(t, 20*time.Second, "buys accepted again after restoring appendonly yes, appendfsync always", func() bool {
 			n++
 			return g.buy("zl", "u-"+strconv.Itoa(n), 1, "").code == 202
 		})
@@ -197,7 +197,7 @@ func TestZeroLossOffChecksNothing(t *testing.T) {
 	// Several seconds of the gateway's background rounds (the sweeper's
 	// and the bucket settling's registry reads, once a second each), in
 	// which zero-loss mode, were it on, would have asked every second.
-	waitFor(t, "three seconds of background rounds", func() bool { return r.calls(t, "smembers") >= 6 })
+	localstack.WaitFor(t, 20*time.Second, "three seconds of background rounds", func() bool { return r.calls(t, "smembers") >= 6 })
 	if stats := r.commandStats(t); strings.Contains(stats, "cmdstat_config|get:") {
 		t.Errorf("the gateway asked CONFIG GET with zero-loss mode off:\n%s", stats)
 	}
@@ -228,7 +228,7 @@ func TestZeroLossRefusedConfig(t *testing.T) {
 	}
 	// Several rounds, one message: each round's CONFIG GET is refused, and
 	// Redis counts the refusals in its ACL log.
-	waitFor(t, "three refused rounds", func() bool { return r.aclDenials(t, "config|get") >= 3 })
+	localstack.WaitFor(t, 20*time.Second, "three refused rounds", func() bool { return r.aclDenials(t, "config|get") >= 3 })
 	refused := logs.FilterMessageSnippet("refuses CONFIG GET")
 	if refused.Len() != 1 || refused.All()[0].Level != zapcore.ErrorLevel {
 		t.Errorf("%d log entries about the refused CONFIG GET, want 1 at error level: %v", refused.Len(), refused.All())
@@ -239,7 +239,7 @@ func TestZeroLossRefusedConfig(t *testing.T) {
 
 	r.do(t, "ACL", "SETUSER", "default", "+config|get")
 	n := 1
-	waitFor(t, "a buy accepted once CONFIG GET is granted", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "a buy accepted once CONFIG GET is granted", func() bool {
 		n++
 		return g.buy("zl-acl", "u-"+strconv.Itoa(n), 1, "").code == 202
 	})

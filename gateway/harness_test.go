@@ -15,7 +15,6 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
@@ -33,9 +32,9 @@ import (
 // sleeps out its interval (Server.MaxIdleWorkerDuration, 10 s) before it
 // sees the stop.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+	localstack.Main(m,
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.updateServerDate.func1"),
+		localstack.IgnoreGoroutine("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
 }
 
 const testToken = "test-admin-token-0123456789"

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -330,7 +329,10 @@ func TestMaxConnsClampedToOpenFileLimit(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	derived, _ := connCaps(lim.Max, 65)
+	// A pool per Redis node, and the announcements' connection: the
+	// gateway's reserve of descriptors for Redis (Server.deriveConnCaps).
+	nodes := len(localstack.RedisAddrs)
+	derived, _ := connCaps(lim.Max, nodes*config.Default().Redis.PoolSize+nodes)
 	g := startGateway(t, func(c *config.Config) { c.HTTP.MaxConns = 10_000_000 })
 	if got := g.srv.publicLn.max; got != int64(derived) {
 		t.Errorf("max_conns 10000000 under an open-file limit of %d: cap %d, want %d", lim.Max, got, derived)
@@ -481,7 +483,9 @@ func TestGatewayChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addrs[0], PoolSize: 8})
+	ro := scripts.ClientOptions(cfg.Redis)
+	ro.PoolSize = 8
+	rdb := scripts.NewClient(ro)
 	defer rdb.Close()
 	defer localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})

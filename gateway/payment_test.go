@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale/saletest"
 	"math/rand/v2"
 	"strings"
@@ -60,7 +61,7 @@ func payBy(t testing.TB, r response) int64 {
 // waitPending waits until the sale has no order awaiting payment.
 func waitPending(t *testing.T, g *testGateway, sale string) {
 	t.Helper()
-	waitFor(t, "orders awaiting payment to expire", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "orders awaiting payment to expire", func() bool {
 		v := g.view(sale)
 		return v.code == 200 && v.num("pending_payment") == 0
 	})
@@ -464,7 +465,7 @@ func TestSweeperMetrics(t *testing.T) {
 		"flashgate_sweep_lag_seconds_count 3",
 	}
 	var out string
-	waitFor(t, "the sweeper to expire and count 3 orders", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "the sweeper to expire and count 3 orders", func() bool {
 		var b bytes.Buffer
 		g.sweeper.WriteMetrics(&b)
 		out = b.String()
@@ -570,7 +571,7 @@ func TestTwoGatewaysSweep(t *testing.T) {
 		t.Errorf("states %v, sold %d, remaining %d", l.ByState, l.Sold, l.Remaining)
 	}
 	var byA, byB float64
-	waitFor(t, "both sweepers to count their expiries", func() bool {
+	localstack.WaitFor(t, 20*time.Second, "both sweepers to count their expiries", func() bool {
 		byA, byB = a.scrape()["flashgate_sweep_expired_total"], b.scrape()["flashgate_sweep_expired_total"]
 		return byA+byB == 300
 	})

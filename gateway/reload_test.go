@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -17,8 +16,7 @@ import (
 // A script reload is an audit event naming who asked and the SHAs before
 // and after.
 func TestReloadAudit(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: localstack.RedisAddr})
-	defer rdb.Close()
+	rdb := localstack.Redis(t)
 	core, logs := observer.New(zapcore.InfoLevel)
 	loader := scripts.New(rdb, "", scripts.Keys{Prefix: "t" + localstack.RandomHex(5)})
 	reload := AuditedReload(zap.New(core), loader)

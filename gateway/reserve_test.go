@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/sale/saletest"
 	"sync"
@@ -313,7 +314,7 @@ func testLockDuringBurst(t *testing.T, mode gwOption) {
 			}
 		}(w)
 	}
-	waitFor(t, "some accepts before the lock", func() bool { return accepted.Load() > 200 })
+	localstack.WaitFor(t, 20*time.Second, "some accepts before the lock", func() bool { return accepted.Load() > 200 })
 	if r := g.adminPost("lk", "lock", ""); r.code != 200 || r.body["locked"] != true {
 		t.Fatalf("lock: %d %s", r.code, r.raw)
 	}
@@ -333,7 +334,7 @@ func testLockDuringBurst(t *testing.T, mode gwOption) {
 		t.Fatalf("unlock: %d %s", r.code, r.raw)
 	}
 	before := accepted.Load()
-	waitFor(t, "accepts after unlock", func() bool { return accepted.Load() > before+50 })
+	localstack.WaitFor(t, 20*time.Second, "accepts after unlock", func() bool { return accepted.Load() > before+50 })
 	close(stop)
 	wg.Wait()
 	g.checkLedger("lk")
@@ -472,17 +473,6 @@ func TestOrderStatus(t *testing.T) {
 		if s := g.do("GET", g.base+"/v1/sales/st/orders/"+k, "", nil); s.status() != "created" {
 			t.Errorf("%s after the batch mark: %d %s", k, s.code, s.raw)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

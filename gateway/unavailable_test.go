@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"github.com/flashgate/flashgate/internal/localstack"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate/config"
 )
@@ -82,6 +84,7 @@ func (b *blackhole) close() {
 // Invariant 7: when Redis cannot answer, the gateway says 503 and promises
 // nothing (and invariant 1 holds across the outage).
 func TestRedisDownIs503(t *testing.T) {
+	localstack.SingleRedisOnly(t, "a proxy stands in front of one Redis")
 	proxy := newBlackhole(t, redisAddr())
 	g := startGateway(t, func(c *config.Config) { c.Redis.Addrs = []string{proxy.ln.Addr().String()} })
 	g.mustSale("down", `{"stock":100,"per_user_limit":100}`)
@@ -104,7 +107,7 @@ func TestRedisDownIs503(t *testing.T) {
 		t.Errorf("healthz with Redis gone: %d %s", r.code, r.raw)
 	}
 	proxy.setCut(false)
-	waitFor(t, "buys to work again", func() bool { return g.buy("down", "u3", 1, "").code == 202 })
+	localstack.WaitFor(t, 20*time.Second, "buys to work again", func() bool { return g.buy("down", "u3", 1, "").code == 202 })
 	// Whatever the 503s did, the ledger adds up.
 	g.checkLedger("down")
 }

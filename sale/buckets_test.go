@@ -415,7 +415,7 @@ func TestBucketLowerAfterCrash(t *testing.T) {
 	if n := take(0); n != 0 {
 		t.Errorf("a take through a fence moved %d units", n)
 	}
-	waitFor(t, "the fence to lapse", func() bool { return take(0) > 0 })
+	localstack.WaitFor(t, 20*time.Second, "the fence to lapse", func() bool { return take(0) > 0 })
 	settle := e.newStore()
 	settle.settleAge = 0
 	if err := settle.settleMoves(ctx); err != nil {

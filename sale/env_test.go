@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/sale/saletest"
@@ -16,7 +15,7 @@ import (
 )
 
 // TestMain fails the package when a goroutine outlives its tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { localstack.Main(m) }
 
 // env is a Store on the real Redis of `make up` (or the Redis Cluster of
 // `make up-cluster`), with a key prefix of its own, its keys dropped when
@@ -114,18 +113,6 @@ func (e *env) checkBuckets(sale string) saletest.Buckets {
 			len(l.Held), len(l.Names))
 	}
 	return l
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
