@@ -267,33 +267,26 @@ func parseSaleUpdate(body []byte) (sale.Update, string) {
 		return sale.Update{}, "body must be a JSON object"
 	}
 	var u sale.Update
-	if r, ok := raw["stock"]; ok {
-		n, ok := wholeNumber(r)
-		if !ok || n < 0 || n > sale.MaxStock {
-			return u, "stock must be a whole number from 0 to 1000000000"
+	for _, f := range []struct {
+		name     string
+		min, max int64
+		unit     string // of the reason: "whole number of seconds"
+		dst      **int64
+	}{
+		{"stock", 0, sale.MaxStock, "", &u.Stock},
+		{"per_user_limit", 1, sale.MaxLimit, "", &u.Limit},
+		{"payment_window", 0, sale.MaxPaymentWindow, " of seconds", &u.PaymentWindow},
+		{"buckets", 1, sale.MaxBuckets, "", &u.Buckets},
+	} {
+		r, ok := raw[f.name]
+		if !ok {
+			continue
 		}
-		u.Stock = &n
-	}
-	if r, ok := raw["per_user_limit"]; ok {
 		n, ok := wholeNumber(r)
-		if !ok || n < 1 || n > sale.MaxLimit {
-			return u, "per_user_limit must be a whole number from 1 to 1000000"
+		if !ok || n < f.min || n > f.max {
+			return u, f.name + " must be a whole number" + f.unit + " from " + strconv.FormatInt(f.min, 10) + " to " + strconv.FormatInt(f.max, 10)
 		}
-		u.Limit = &n
-	}
-	if r, ok := raw["payment_window"]; ok {
-		n, ok := wholeNumber(r)
-		if !ok || n < 0 || n > sale.MaxPaymentWindow {
-			return u, "payment_window must be a whole number of seconds from 0 to 86400"
-		}
-		u.PaymentWindow = &n
-	}
-	if r, ok := raw["buckets"]; ok {
-		n, ok := wholeNumber(r)
-		if !ok || n < 1 || n > sale.MaxBuckets {
-			return u, "buckets must be a whole number from 1 to 16"
-		}
-		u.Buckets = &n
+		*f.dst = &n
 	}
 	var reason string
 	if u.StartsAt, reason = parseTime(raw, "starts_at"); reason != "" {
