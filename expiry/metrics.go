@@ -110,9 +110,7 @@ func (s *Sweeper) WriteMetrics(w io.Writer) {
 	}
 	b = promtext.AppendMetadata(b, "flashgate_sale_payment_overdue_seconds", "gauge")
 	for _, r := range rows {
-		b = append(b, `flashgate_sale_payment_overdue_seconds{sale="`...)
-		b = append(b, r.id...)
-		b = append(b, `"} `...)
+		b = promtext.AppendSale(b, "flashgate_sale_payment_overdue_seconds", r.id)
 		b = strconv.AppendFloat(b, float64(r.overdue)/1000, 'f', 3, 64)
 		b = append(b, '\n')
 	}

@@ -2,6 +2,7 @@ package promtext
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -50,5 +51,14 @@ func TestAppendMetadata(t *testing.T) {
 				t.Errorf("the library writes %q before its own series, AppendMetadata %q", lib, tc.want)
 			}
 		})
+	}
+}
+
+// A series labelled by sale, as Prometheus's text format reads it: the
+// family, the one label, a space before the value.
+func TestAppendSale(t *testing.T) {
+	got := string(strconv.AppendInt(AppendSale([]byte("x\n"), "flashgate_sale_sold", "s-1"), 7, 10))
+	if want := "x\n" + `flashgate_sale_sold{sale="s-1"} 7`; got != want {
+		t.Errorf("AppendSale: %q, want %q", got, want)
 	}
 }

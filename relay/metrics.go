@@ -139,27 +139,18 @@ func writeOutboxes(w io.Writer, outboxes []known, now time.Time, activeFor time.
 	if len(rows) > 0 {
 		b = promtext.AppendMetadata(b, "flashgate_outbox_pending", "gauge")
 		for _, rw := range rows {
-			b = appendSeries(b, "flashgate_outbox_pending", rw.sale)
+			b = promtext.AppendSale(b, "flashgate_outbox_pending", rw.sale)
 			b = strconv.AppendInt(b, rw.pending, 10)
 			b = append(b, '\n')
 		}
 		b = promtext.AppendMetadata(b, "flashgate_outbox_oldest_age_seconds", "gauge")
 		for _, rw := range rows {
-			b = appendSeries(b, "flashgate_outbox_oldest_age_seconds", rw.sale)
+			b = promtext.AppendSale(b, "flashgate_outbox_oldest_age_seconds", rw.sale)
 			b = strconv.AppendFloat(b, rw.age.Seconds(), 'f', 3, 64)
 			b = append(b, '\n')
 		}
 	}
 	_, _ = w.Write(b)
-}
-
-// appendSeries appends `name{sale="SALE"} `. A valid sale id needs no
-// escaping: the id rule allows no quote or backslash.
-func appendSeries(b []byte, name, sale string) []byte {
-	b = append(b, name...)
-	b = append(b, `{sale="`...)
-	b = append(b, sale...)
-	return append(b, `"} `...)
 }
 
 func gauge(b bool) uint64 {

@@ -234,13 +234,9 @@ func (p *sampler) write(w io.Writer) {
 	_, _ = w.Write(b)
 }
 
-// appendSaleSeries appends `name{sale="SALE"} v` and a newline. A valid
-// sale id needs no escaping: the id rule allows no quote or backslash.
+// appendSaleSeries appends `name{sale="SALE"} v` and a newline.
 func appendSaleSeries(b []byte, name, sale string, v int64) []byte {
-	b = append(b, name...)
-	b = append(b, `{sale="`...)
-	b = append(b, sale...)
-	b = append(b, `"} `...)
+	b = promtext.AppendSale(b, name, sale)
 	b = strconv.AppendInt(b, v, 10)
 	return append(b, '\n')
 }
