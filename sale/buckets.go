@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -152,7 +153,9 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 		return nil
 	}
 	short := make([]int, 0, len(own))
-	pause := time.Millisecond
+	// Units in a move, or in a bucket busy selling them, are looked for
+	// again after a pause of 1 to 16 ms, doubling.
+	pause := retry.Backoff{Min: time.Millisecond, Max: 16 * time.Millisecond}
 	for {
 		short = short[:0]
 		var need int64
@@ -199,12 +202,9 @@ func (s *Store) reserveBucket(ctx context.Context, bs *bucketSet, b int, rs []Re
 			// The units are in a move, or in a bucket busy selling them:
 			// look again shortly.
 			short = waiting
-			select {
-			case <-ctx.Done():
+			if !retry.Sleep(ctx, pause.Next()) {
 				return fail(fmt.Errorf("%w: bucket %s short while its sale has %d units (moving between buckets)", ErrUnavailable, bucket, left))
-			case <-time.After(pause):
 			}
-			pause = min(2*pause, 16*time.Millisecond)
 		}
 		again := make([]Reservation, len(short))
 		res := make([]Result, len(short))
