@@ -83,6 +83,13 @@ type Options struct {
 	// flashgate (the bare ceiling of `make bench`) with the same client.
 	Raw bool
 
+	// Timeline, when set, fills Report.Timeline: the answers and their
+	// latency second by second, and (unless Raw) the outbox backlog and,
+	// with MySQL, the sale's rows read once a second until the end of the
+	// MySQL wait. Workers count a second each and merge it once a second,
+	// so the buy loop pays no lock for it; memory is bounded (an hour).
+	Timeline bool
+
 	// Progress, when set, receives a status line once a second.
 	Progress io.Writer
 }
@@ -242,6 +249,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	l := newLoad(o, adm)
 	pay := newPayment(ctx, o, adm) // nil without a payment window
+	var smp *sampler
+	if o.Timeline && !o.Raw {
+		smp = startSampler(adm, db, o.Sale)
+	}
 	l.run(ctx, rep)
 	if o.Raw {
 		return rep, nil
@@ -295,6 +306,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			f.MySQLErr = err.Error()
 		}
 	}
+	// The backlog drained and the rows arrived during the MySQL wait: the
+	// sampler ran through it.
+	smp.stop(l.start, rep.Timeline)
 	rep.Figures = f
 	rep.Checks = Verify(f)
 	return rep, nil

@@ -171,6 +171,8 @@ type load struct {
 	notSent    atomic.Int64 // errors before the request left (no free connection, dial)
 	maxLag     atomic.Int64
 
+	tl *timeline // per-second counts; nil unless Options.Timeline
+
 	ringN atomic.Uint64
 	ring  [ringSize]atomic.Pointer[spec]
 
@@ -211,6 +213,9 @@ func newLoad(o Options, adm *admin) *load {
 		stop:   make(chan struct{}),
 		full:   make(chan struct{}),
 	}
+	if o.Timeline {
+		l.tl = &timeline{}
+	}
 	if o.Rate > 0 {
 		l.interval = float64(time.Second) / o.Rate
 	}
@@ -247,6 +252,9 @@ func (l *load) run(ctx context.Context, rep *Report) {
 		go func() {
 			defer wg.Done()
 			w.run()
+			if w.tally != nil {
+				w.tally.flush()
+			}
 		}()
 	}
 	var pwg sync.WaitGroup
@@ -317,6 +325,9 @@ func (l *load) run(ctx context.Context, rep *Report) {
 	}
 	rep.unanswered = l.counts[oError].Load() - l.notSent.Load()
 	rep.FirstError = l.firstErr
+	if l.tl != nil {
+		rep.Timeline = &Timeline{Seconds: l.tl.seconds(), Truncated: l.tl.truncated}
+	}
 }
 
 // progress writes a status line once a second until the load stops.
@@ -399,6 +410,7 @@ type worker struct {
 	resp  *fasthttp.Response
 	body  []byte
 	timer *time.Timer
+	tally *tally // nil unless Options.Timeline
 
 	// With a JWT secret: the worker's HMAC, reset for each token, and the
 	// buffers a token is built in, so that signing allocates nothing and
@@ -415,6 +427,9 @@ func newWorker(l *load) *worker {
 	w.req.Header.SetContentType("application/json")
 	if l.o.JWTSecret != "" {
 		w.mac = hmac.New(sha256.New, []byte(l.o.JWTSecret))
+	}
+	if l.tl != nil {
+		w.tally = &tally{t: l.tl}
 	}
 	return w
 }
@@ -539,6 +554,9 @@ func (w *worker) send(s *spec, t0 time.Time) {
 		w.hist[o] = h
 	}
 	h.Record(now.Sub(t0))
+	if w.tally != nil {
+		w.tally.record(now.Sub(l.start), o, now.Sub(t0))
+	}
 }
 
 // soldOutAt notes that the sale was seen sold out at t: the first sold_out

@@ -64,6 +64,8 @@ type Report struct {
 	PayRatio      float64   `json:"pay_ratio"`
 	SweepLag      *SweepLag `json:"sweep_lag,omitempty"`
 
+	Timeline *Timeline `json:"timeline,omitempty"` // with Options.Timeline
+
 	Figures Figures  `json:"figures"`
 	Checks  []Check  `json:"checks"`
 	Notes   []string `json:"notes,omitempty"`

@@ -84,7 +84,13 @@ type suite struct {
 	cost      string // the cost-per-order section (cost.go); "" when not measured
 	buckets   string // the buckets section (buckets.go); "" when not measured
 	scale     string // the shop-scale section (scale.go); "" when not measured
+	// picture is the main run (batching on, one hot sale), drawn beside
+	// the report (pictureName); nil when it was not measured.
+	picture *bench.Report
 }
+
+// pictureName is the main run's SVG, written next to the report.
+const pictureName = "bench-sale.svg"
 
 // row is one line of the report's main table.
 type row struct {
@@ -113,10 +119,11 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 		return err
 	}
 	s.add(row{group: "buy path, one hot sale", name: "bare fasthttp handler (ceiling)", value: bareAcc.Throughput, unit: "req/s", p50: bareAcc.All.P50, p99: bareAcc.All.P99})
-	on, err := s.measureGateway(ctx, "active", nil, bench.Options{Stock: 1_000_000_000, Users: 1_000_000_000})
+	on, err := s.measureGateway(ctx, "active", nil, bench.Options{Stock: 1_000_000_000, Users: 1_000_000_000, Timeline: true})
 	if err != nil {
 		return err
 	}
+	s.picture = on
 	off, err := s.measureGateway(ctx, "active", []string{"FLASHGATE_BATCH_MAX_SIZE=1"}, bench.Options{Stock: 1_000_000_000, Users: 1_000_000_000})
 	if err != nil {
 		return err
@@ -917,6 +924,15 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 			b.WriteString("- " + n + "\n")
 		}
 	}
+	if s.picture != nil {
+		if err := s.writePicture(filepath.Join(filepath.Dir(path), pictureName)); err != nil {
+			return err
+		}
+		b.WriteString("\n## The main run over time\n\n" +
+			"The gateway with batching on, one hot sale (the relay has no broker, so the outbox only grows), " +
+			"second by second, as `flashgate bench --svg` draws it:\n\n" +
+			"![buys and latency per second and the outbox backlog of the main run](" + pictureName + ")\n")
+	}
 	b.WriteString(s.cost)
 	b.WriteString(s.buckets)
 	if s.scale != "" {
@@ -930,6 +946,18 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writePicture draws the main run into path.
+func (s *suite) writePicture(path string) error {
+	var b bytes.Buffer
+	if err := s.picture.WriteSVG(&b); err != nil {
+		return fmt.Errorf("picture of the main run: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 func runCmd(ctx context.Context, name string, args ...string) error {

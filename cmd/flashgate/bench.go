@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/flashgate/flashgate/admin"
@@ -33,6 +35,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		o        bench.Options
 		cfgPath  = fs.String("config", os.Getenv("FLASHGATE_CONFIG"), "YAML settings file whose addresses, token and DSN are the defaults (FLASHGATE_CONFIG)")
 		asJSON   = fs.Bool("json", false, "print the report as JSON")
+		svgPath  = fs.String("svg", "", "also draw the run over time into this SVG file: buys and latency per second, outbox backlog and rows in MySQL")
 		progress = fs.Bool("progress", isTerminal(os.Stderr), "a status line on stderr once a second (default: when stderr is a terminal)")
 	)
 	fs.StringVar(&o.URL, "url", "", "gateway public base URL (default http:// + FLASHGATE_HTTP_ADDR)")
@@ -93,6 +96,13 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *progress {
 		o.Progress = os.Stderr
 	}
+	o.Timeline = *svgPath != ""
+	if o.Timeline {
+		// Found out now, not after a minute of load.
+		if fi, err := os.Stat(filepath.Dir(*svgPath)); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: --svg %s: its folder does not exist", errUsage, *svgPath)
+		}
+	}
 
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
@@ -109,7 +119,31 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Drawn whatever the checks say: a failed run's picture is the one
+	// most worth looking at.
+	if *svgPath != "" {
+		if err := writeSVG(*svgPath, rep); err != nil {
+			return err
+		}
+	}
 	return rep.Err()
+}
+
+// writeSVG writes the report's picture to path, whole or not at all.
+func writeSVG(path string, rep *bench.Report) error {
+	var b bytes.Buffer
+	if err := rep.WriteSVG(&b); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("bench: --svg: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("bench: --svg: %w", err)
+	}
+	return nil
 }
 
 func isTerminal(f *os.File) bool {
