@@ -28,20 +28,25 @@ func (r *Report) WriteSVG(w io.Writer) error {
 
 func (r *Report) chart() *plot.Chart {
 	tl := r.Timeline
-	// A second's point stands at its middle: the answers of [1 s, 2 s)
-	// are drawn at 1.5 s.
 	var acc, ref, fail, p50, p99 []plot.Point
 	var failed bool
+	for _, rt := range perSecond(tl.Seconds, r.Elapsed) {
+		acc = append(acc, plot.Point{X: rt.x, Y: rt.accepted})
+		ref = append(ref, plot.Point{X: rt.x, Y: rt.refused})
+		fail = append(fail, plot.Point{X: rt.x, Y: rt.failed})
+		failed = failed || rt.failed > 0
+	}
+	end := r.Elapsed.Seconds()
 	for _, s := range tl.Seconds {
-		x := float64(s.At) + 0.5
-		acc = append(acc, plot.Point{X: x, Y: float64(s.Accepted)})
-		ref = append(ref, plot.Point{X: x, Y: float64(s.Refused)})
-		fail = append(fail, plot.Point{X: x, Y: float64(s.Failed)})
-		failed = failed || s.Failed > 0
-		if s.Accepted+s.Refused+s.Failed > 0 {
-			p50 = append(p50, plot.Point{X: x, Y: ms(s.P50)})
-			p99 = append(p99, plot.Point{X: x, Y: ms(s.P99)})
+		if s.Accepted+s.Refused+s.Failed == 0 {
+			continue
 		}
+		x := float64(s.At) + 0.5
+		if r.Elapsed > 0 && end > float64(s.At) && end < float64(s.At+1) {
+			x = (float64(s.At) + end) / 2
+		}
+		p50 = append(p50, plot.Point{X: x, Y: ms(s.P50)})
+		p99 = append(p99, plot.Point{X: x, Y: ms(s.P99)})
 	}
 	buys := plot.Panel{Title: "buys per second", Series: []plot.Series{
 		{Name: "accepted (202)", Points: acc},
@@ -50,7 +55,7 @@ func (r *Report) chart() *plot.Chart {
 	if failed {
 		buys.Series = append(buys.Series, plot.Series{Name: "failed (no answer)", Points: fail})
 	}
-	c := &plot.Chart{Title: r.title(), XLabel: "seconds since the load started", Panels: []plot.Panel{
+	c := &plot.Chart{Title: "sale " + r.Sale, Subtitle: r.subtitle(), XLabel: "seconds since the load started", Panels: []plot.Panel{
 		buys,
 		{Title: "latency per second (ms)", Series: []plot.Series{{Name: "p50", Points: p50}, {Name: "p99", Points: p99}}},
 	}}
@@ -65,13 +70,13 @@ func (r *Report) chart() *plot.Chart {
 	return c
 }
 
-func (r *Report) title() string {
+func (r *Report) subtitle() string {
 	mode := "closed loop"
 	if r.Rate > 0 {
 		mode = "open loop at " + strconv.FormatFloat(r.Rate, 'f', 0, 64) + " req/s"
 	}
-	t := fmt.Sprintf("sale %s: stock %d, %d connections, %s; %d requests in %s",
-		r.Sale, r.Stock, r.Conns, mode, r.Requests, round(r.Elapsed))
+	t := fmt.Sprintf("stock %d, %d connections, %s; %d requests in %s",
+		r.Stock, r.Conns, mode, r.Requests, round(r.Elapsed))
 	if r.StoppedBy != "" {
 		t += ", stopped by " + r.StoppedBy
 	}
@@ -79,6 +84,37 @@ func (r *Report) title() string {
 		t += " (first hour only)"
 	}
 	return t
+}
+
+// rate is the answers of a stretch of the load, per second, drawn at x,
+// the stretch's middle.
+type rate struct{ x, accepted, refused, failed float64 }
+
+// perSecond turns the seconds into rates: the answers of [1 s, 2 s) are
+// drawn at 1.5 s. The load's last second is a part of one, from its start
+// to elapsed (0: unknown, taken as whole): its counts become a rate over
+// that part, and a part under a quarter of a second (the answers still in
+// flight when the load stopped) joins the second before it, so that a few
+// answers neither draw a cliff nor, divided by a sliver, a spike.
+func perSecond(secs []Second, elapsed time.Duration) []rate {
+	end := elapsed.Seconds()
+	var out []rate
+	for i, s := range secs {
+		from, to := float64(s.At), float64(s.At+1)
+		a, rf, f := float64(s.Accepted), float64(s.Refused), float64(s.Failed)
+		if elapsed > 0 && end > from && end < to {
+			to = end
+			if end-from < 0.25 && i > 0 && secs[i-1].At == s.At-1 {
+				p := secs[i-1]
+				from = float64(p.At)
+				a, rf, f = a+float64(p.Accepted), rf+float64(p.Refused), f+float64(p.Failed)
+				out = out[:len(out)-1]
+			}
+		}
+		w := to - from
+		out = append(out, rate{x: (from + to) / 2, accepted: a / w, refused: rf / w, failed: f / w})
+	}
+	return out
 }
 
 func samples(ss []Sample) []plot.Point {

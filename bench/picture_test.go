@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite testdata/sale.svg from the synt
 // out in the third second, refusals take over; the outbox fills and
 // drains, the rows catch up.
 func syntheticRun() *Report {
-	return &Report{Sale: `bench-<&"x">`, Stock: 1000, Conns: 64, Requests: 9000, Elapsed: 5 * time.Second, StoppedBy: "sold-out",
+	return &Report{Sale: `bench-<&"x">`, Stock: 1000, Conns: 64, Requests: 9000, Elapsed: 4500 * time.Millisecond, StoppedBy: "sold-out",
 		Timeline: &Timeline{
 			Seconds: []Second{
 				{At: 0, Accepted: 300, Refused: 20, P50: 800 * time.Microsecond, P99: 3 * time.Millisecond},
@@ -136,5 +137,44 @@ func TestTimelineBounded(t *testing.T) {
 	w.flush()
 	if len(tl.seconds()) != 0 || !tl.truncated {
 		t.Errorf("a second past the bound: %d seconds kept, truncated %v", len(tl.seconds()), tl.truncated)
+	}
+}
+
+// Whole seconds are their counts; the last, partial one a rate over its
+// part, or folded into the second before it when it is a sliver.
+func TestPerSecond(t *testing.T) {
+	secs := func(n ...int64) []Second {
+		var ss []Second
+		for i, a := range n {
+			ss = append(ss, Second{At: i, Accepted: a, Refused: 2 * a})
+		}
+		return ss
+	}
+	tests := []struct {
+		name    string
+		secs    []Second
+		elapsed time.Duration
+		want    []rate
+	}{
+		{"whole seconds", secs(10, 20), 2 * time.Second, []rate{{0.5, 10, 20, 0}, {1.5, 20, 40, 0}}},
+		{"elapsed unknown", secs(10, 20), 0, []rate{{0.5, 10, 20, 0}, {1.5, 20, 40, 0}}},
+		{"half a second", secs(10, 20), 1500 * time.Millisecond, []rate{{0.5, 10, 20, 0}, {1.25, 40, 80, 0}}},
+		{"sliver", secs(10, 2), 1100 * time.Millisecond, []rate{{0.55, 12 / 1.1, 24 / 1.1, 0}}},
+		{"sliver alone", secs(2), 100 * time.Millisecond, []rate{{0.05, 20, 40, 0}}},
+		{"empty", nil, time.Second, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := perSecond(tt.secs, tt.elapsed)
+			if len(got) != len(tt.want) {
+				t.Fatalf("%+v, want %+v", got, tt.want)
+			}
+			for i, w := range tt.want {
+				g := got[i]
+				if math.Abs(g.x-w.x) > 1e-9 || math.Abs(g.accepted-w.accepted) > 1e-9 || math.Abs(g.refused-w.refused) > 1e-9 || g.failed != w.failed {
+					t.Errorf("[%d] %+v, want %+v", i, g, w)
+				}
+			}
+		})
 	}
 }

@@ -29,16 +29,17 @@ type Panel struct {
 // Chart is a column of panels that share the x axis (XLabel under the
 // last one).
 type Chart struct {
-	Title  string
-	XLabel string
-	Panels []Panel
+	Title    string
+	Subtitle string // a second, smaller line under the title
+	XLabel   string
+	Panels   []Panel
 }
 
 // Layout, in pixels.
 const (
 	width       = 960
 	panelHeight = 190
-	titleHeight = 36
+	titleHeight = 52
 	panelGap    = 44 // above each panel: its title
 	marginLeft  = 70
 	marginRight = 190 // the legend
@@ -73,6 +74,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 		"polyline{fill:none;stroke-width:1.5;stroke-linejoin:round}</style>\n")
 	s.raw(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 	s.label(marginLeft, 24, "start", "title", c.Title)
+	s.label(marginLeft, 42, "start", "muted", c.Subtitle)
 
 	lo, hi := c.xRange()
 	x := newAxis(lo, hi, marginLeft, width-marginRight)
