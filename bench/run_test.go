@@ -447,7 +447,7 @@ func TestRunWithMySQL(t *testing.T) {
 	rep, err := Run(context.Background(), Options{
 		URL: g.public, AdminURL: g.admin, Token: testToken, MySQLDSN: dsn, Sale: sale,
 		Stock: 150, Users: 300, DupRatio: 0.2, Conns: 8, UntilSoldOut: true,
-		MaxDuration: 8 * time.Second, DrainTimeout: 30 * time.Second,
+		MaxDuration: 8 * time.Second, DrainTimeout: 30 * time.Second, Timeline: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -458,6 +458,21 @@ func TestRunWithMySQL(t *testing.T) {
 	}
 	if f := rep.Figures; f.MySQLRows != 150 || f.MySQLUnits != 150 || rep.MySQLAfter == 0 {
 		t.Errorf("MySQL %d rows %d units after %v; want 150", f.MySQLRows, f.MySQLUnits, rep.MySQLAfter)
+	}
+	// The rows read once a second only grow, up to the sale's, and the
+	// picture of the run is a document.
+	rows := rep.Timeline.Rows
+	if len(rows) == 0 {
+		t.Error("no MySQL readings in the timeline")
+	}
+	for i, r := range rows {
+		if r.Value > 150 || (i > 0 && r.Value < rows[i-1].Value) {
+			t.Errorf("MySQL readings %v: want growing, up to 150", rows)
+			break
+		}
+	}
+	if err := rep.WriteSVG(io.Discard); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -15,8 +15,9 @@ type sampler struct {
 	db   *orderDB // nil: no MySQL
 	sale string
 
-	quit chan struct{}
-	wg   sync.WaitGroup
+	quit     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 
 	// Written by the sampling goroutine, read after stop.
 	at     []time.Time
@@ -79,15 +80,20 @@ func (s *sampler) read() {
 // timed from start, into tl. It is safe to call on a nil sampler and
 // more than once (only the first call does anything).
 func (s *sampler) stop(start time.Time, tl *Timeline) {
-	if s == nil || s.quit == nil {
+	if s == nil {
 		return
 	}
-	close(s.quit)
-	s.quit = nil
-	s.wg.Wait()
-	if tl == nil {
-		return
-	}
+	s.stopOnce.Do(func() {
+		close(s.quit)
+		s.wg.Wait()
+		if tl != nil {
+			s.fill(start, tl)
+		}
+	})
+}
+
+// fill puts the readings, timed from start, into tl.
+func (s *sampler) fill(start time.Time, tl *Timeline) {
 	for i, t := range s.at {
 		at := max(t.Sub(start), 0)
 		if s.outbox[i] >= 0 {
