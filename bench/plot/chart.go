@@ -116,11 +116,11 @@ func (c *Chart) xRange() (lo, hi float64) {
 func (p *Panel) draw(s *svg, x axis, top float64) {
 	bot := top + panelHeight
 	s.label(x.from, top-10, "start", "ptitle", p.Title)
-	ylo, yhi, any := 0.0, 0.0, false // every panel's y axis starts at 0 or below
+	ylo, yhi, has := 0.0, 0.0, false // every panel's y axis starts at 0 or below
 	for _, sr := range p.Series {
 		for _, pt := range sr.Points {
 			if pt.finite() {
-				ylo, yhi, any = min(ylo, pt.Y), max(yhi, pt.Y), true
+				ylo, yhi, has = min(ylo, pt.Y), max(yhi, pt.Y), true
 			}
 		}
 	}
@@ -136,7 +136,7 @@ func (p *Panel) draw(s *svg, x axis, top float64) {
 	}
 	s.line(x.from, bot, x.to, bot, "axis")
 	s.line(x.from, top, x.from, bot, "axis")
-	if !any {
+	if !has {
 		s.label((x.from+x.to)/2, (top+bot)/2, "middle", "muted", "no data")
 	}
 	for i, sr := range p.Series {
