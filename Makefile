@@ -4,7 +4,9 @@
 #   make up-cluster up + a local Redis Cluster of three primaries (127.0.0.1:7001-7003,
 #                   data in .run/redis-cluster/); make down stops it too
 #   make run        up + build, then consumer (background) + gateway (foreground)
-#   make test       up + the whole test suite, then a short run of every fuzz target
+#   make tools      install promtool and prometheus (Debian's prometheus package) when
+#                   missing: the tests of deploy/prometheus and deploy/grafana run them
+#   make test       up + tools + the whole test suite, then a short run of every fuzz target
 #   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
 #   make fuzz       every fuzz target for FUZZTIME each (default 3M inputs; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
@@ -38,7 +40,7 @@ FUZZTIME ?= 3000000x
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down run test fuzz lint check bench clean up-cluster test-cluster
+.PHONY: build up down tools run test fuzz lint check bench clean up-cluster test-cluster
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -49,6 +51,12 @@ up:
 down:
 	@deploy/local/down.sh
 
+# promtool and prometheus for the tests of the alert rules and the dashboard
+# (deploy/prometheus_test.go, cmd/flashgate/dashboard_test.go): installed,
+# never started as a service (deploy/local/prometheus.sh).
+tools:
+	@deploy/local/prometheus.sh
+
 # The consumer runs in the background and is stopped when the gateway exits
 # (Ctrl-C included); the exit status is the gateway's.
 run: up build
@@ -56,7 +64,7 @@ run: up build
 	trap 'kill $$consumer 2>/dev/null || true; wait $$consumer 2>/dev/null || true' EXIT; \
 	./$(BIN) gateway
 
-test: up
+test: up tools
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
@@ -78,7 +86,7 @@ up-cluster: up
 CLUSTER_PKGS := ./internal/... ./gateway/ ./sale/... ./expiry/ ./repair/ ./consumer/ ./relay/ ./cmd/flashgate/
 
 CLUSTER_ENV = FLASHGATE_REDIS_ADDRS=$(shell deploy/local/cluster.sh addrs)
-test-cluster: up-cluster
+test-cluster: up-cluster tools
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(CLUSTER_PKGS)
 
 # go test -fuzz takes one target of one package per run: each target found
@@ -100,6 +108,7 @@ lint: $(STATICCHECK)
 
 check: lint
 	@deploy/local/up.sh
+	@deploy/local/prometheus.sh
 	$(GO) test -race -shuffle=on -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # staticcheck, installed once into .run/bin (versioned name, so a new
