@@ -37,6 +37,7 @@ var commands = map[string]command{
 	"migrate":   {"creates or upgrades the MySQL schema, then exits", runMigrate},
 	"reconcile": {"compares a sale in Redis with MySQL (--sale ID); non-zero exit on drift", runReconcile},
 	"bench":     {"the flash-sale load generator and invariant checker", runBench},
+	"dlq":       {"the dead-letter queue: list, show N, requeue [--reason R] back to the orders exchange", runDLQ},
 	"admin":     {"talks to the admin API (sale create/show/restock/lock/unlock, scripts list/reload)", runAdmin},
 	"version":   {"prints version, commit and Go version", runVersion},
 }
