@@ -225,6 +225,9 @@ func Requeue(ctx context.Context, c config.AMQP, name, filter string, limit int,
 	// before its confirm: one slot is enough.
 	returns := pub.NotifyReturn(make(chan amqp.Return, 1))
 	for res.Scanned < scan && res.Moved < limit {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		d, err := r.next(ctx)
 		if err != nil {
 			return res, err
