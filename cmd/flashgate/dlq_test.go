@@ -298,3 +298,54 @@ func TestDLQUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestDLQRealConsumer: a real consumer dead-letters what MySQL refuses (a
+// user_id column made too narrow in the test's database): a message of one
+// order whole (the broker's reason: rejected), the refused orders of a
+// batch alone (the consumer's reason), and writes the rest. Once the column
+// is fixed, requeue moves them back and the consumer writes every order
+// once.
+func TestDLQRealConsumer(t *testing.T) {
+	s := newStack(t)
+	const sale = "dlqreal"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alter := func(width int) {
+		t.Helper()
+		q := fmt.Sprintf("ALTER TABLE orders MODIFY user_id VARCHAR(%d) CHARACTER SET ascii COLLATE ascii_bin NOT NULL", width)
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alter(8) // the fault: user ids of more than 8 characters are refused
+
+	short := s.dlqOrders(sale, "s", 3) // user ids "s-u0"..: written at once
+	long := s.dlqOrders(sale, "long-buyer", 3)
+	sess := s.dlqSession()
+	ex := s.cfg.AMQP.Exchange
+	s.dlqPublish(sess, ex, broker.RoutingKey, nil, short[0], long[0], short[1], long[1], short[2])
+	s.dlqPublish(sess, ex, broker.RoutingKey, nil, long[2])
+	s.startConsumers(1)
+	localstack.WaitFor(t, time.Minute, "the short orders in MySQL and the long ones dead letters", func() bool {
+		r, _ := s.count(sale)
+		return r == 3 && s.deadDepth() == 3
+	})
+
+	out := s.dlq(0, "list")
+	mustContain(t, "dlq list", out, "3 messages", "orders: 3", "1  rejected", "Data too long")
+	out = s.dlq(0, "show", "3")
+	for _, o := range long {
+		mustContain(t, "dlq show 3", out, "order "+o.OrderID+"  sale "+sale+"  user "+o.UserID)
+	}
+
+	alter(64) // fixed
+	out = s.dlq(0, "requeue")
+	mustContain(t, "dlq requeue", out, "requeue: 3 messages moved", "0 left")
+	localstack.WaitFor(t, time.Minute, "every order in MySQL", func() bool { r, _ := s.count(sale); return r == 6 })
+	s.waitOrdersQueueEmpty()
+	s.checkRows(sale, append(append([]order.Order(nil), short...), long...))
+	if n := s.deadDepth(); n != 0 {
+		t.Fatalf("after requeue: %d dead letters, want 0", n)
+	}
+	t.Logf("3 orders dead-lettered by the consumer (1 rejected whole, 2 alone), requeued after the fix: 6 rows, each once")
+}
