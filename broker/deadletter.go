@@ -185,8 +185,23 @@ type RequeueResult struct {
 	Scanned, Moved, Left int
 }
 
+// RequeueOptions says which dead letters Requeue moves, and what it tells
+// on the way.
+type RequeueOptions struct {
+	// Reason selects the messages whose reason contains it (Matches);
+	// "": all.
+	Reason string
+	// Max bounds the messages moved.
+	Max int
+	// OnConfirmed, when not nil, is called once a message's publish is
+	// confirmed and before its dead letter is acknowledged; OnMoved after
+	// it is acknowledged. Both run on Requeue's goroutine and must return
+	// promptly.
+	OnConfirmed, OnMoved func(RequeueResult)
+}
+
 // Requeue moves the dead-letter queue's messages whose reason Matches
-// filter, at most limit of them, back to the orders exchange (routing key
+// o.Reason, at most o.Max of them, back to the orders exchange (routing key
 // RoutingKey), each as it was, less the headers of its dead-lettering. It
 // reads the messages that were ready when it started, and no more (so a
 // message that fails again is not moved twice in one run).
@@ -199,8 +214,9 @@ type RequeueResult struct {
 //
 // It blocks until done, ctx ends or the connection fails, and returns the
 // result so far with any error: ctx's, a connection's, or one wrapping
-// ErrUnconfirmed. onMoved, when not nil, is called after each move.
-func Requeue(ctx context.Context, c config.AMQP, name, filter string, limit int, onMoved func(RequeueResult)) (RequeueResult, error) {
+// ErrUnconfirmed.
+func Requeue(ctx context.Context, c config.AMQP, name string, o RequeueOptions) (RequeueResult, error) {
+	filter, limit := o.Reason, o.Max
 	var res RequeueResult
 	// Skipped messages stay unacknowledged until the end, so the reader
 	// must be able to hold every message it scans.
@@ -239,6 +255,9 @@ func Requeue(ctx context.Context, c config.AMQP, name, filter string, limit int,
 		if err := publishBack(ctx, pub, returns, c.Exchange, d); err != nil {
 			return res, err
 		}
+		if o.OnConfirmed != nil {
+			o.OnConfirmed(res)
+		}
 		if err := d.Ack(false); err != nil {
 			// Published and confirmed, still a dead letter: a later run
 			// moves it again, harmlessly.
@@ -246,8 +265,8 @@ func Requeue(ctx context.Context, c config.AMQP, name, filter string, limit int,
 		}
 		res.Moved++
 		res.Left--
-		if onMoved != nil {
-			onMoved(res)
+		if o.OnMoved != nil {
+			o.OnMoved(res)
 		}
 	}
 	return res, nil

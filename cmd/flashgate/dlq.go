@@ -180,7 +180,12 @@ func dlqShow(ctx context.Context, c config.AMQP, name string, n int, w io.Writer
 		if !d.At.IsZero() {
 			at = d.At.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "#%d  message_id %q  type %q  dead-lettered %s\n    reason: %s\n", i+1, d.Delivery.MessageId, d.Delivery.Type, at, d.Reason)
+		from := ""
+		if id, ok := d.Delivery.Headers["x-flashgate-message-id"].(string); ok {
+			// An order dead-lettered alone: its batch's message and place.
+			from = fmt.Sprintf("  (index %v of message %q)", d.Delivery.Headers["x-flashgate-index"], id)
+		}
+		fmt.Fprintf(w, "#%d  message_id %q  type %q  dead-lettered %s%s\n    reason: %s\n", i+1, d.Delivery.MessageId, d.Delivery.Type, at, from, d.Reason)
 		parts, err := order.Split(d.Delivery.Body)
 		if err != nil {
 			fmt.Fprintf(w, "    unreadable (%v): %s\n", err, clipBody(d.Delivery.Body))
@@ -200,7 +205,7 @@ func dlqShow(ctx context.Context, c config.AMQP, name string, n int, w io.Writer
 }
 
 func dlqRequeue(ctx context.Context, c config.AMQP, name, reason string, limit int, w io.Writer) error {
-	res, err := broker.Requeue(ctx, c, name, reason, limit, nil)
+	res, err := broker.Requeue(ctx, c, name, broker.RequeueOptions{Reason: reason, Max: limit})
 	what := "moved back to exchange " + c.Exchange
 	if reason != "" {
 		what += " (reason containing " + strconv.Quote(reason) + ")"

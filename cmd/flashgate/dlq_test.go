@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,11 +209,11 @@ func TestDLQ(t *testing.T) {
 	// An interrupted requeue: cancelled after its second move.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := broker.Requeue(ctx, s.cfg.AMQP, "dlq test requeue", "", 1000, func(r broker.RequeueResult) {
+	res, err := broker.Requeue(ctx, s.cfg.AMQP, "dlq test requeue", broker.RequeueOptions{Max: 1000, OnMoved: func(r broker.RequeueResult) {
 		if r.Moved == 2 {
 			cancel()
 		}
-	})
+	}})
 	if !errors.Is(err, context.Canceled) || res.Moved != 2 {
 		t.Fatalf("interrupted requeue: moved %d, %v; want 2 and context.Canceled", res.Moved, err)
 	}
@@ -333,10 +337,12 @@ func TestDLQRealConsumer(t *testing.T) {
 
 	out := s.dlq(0, "list")
 	mustContain(t, "dlq list", out, "3 messages", "orders: 3", "1  rejected", "Data too long")
+	t.Logf("dlq list:\n%s", out)
 	out = s.dlq(0, "show", "3")
 	for _, o := range long {
 		mustContain(t, "dlq show 3", out, "order "+o.OrderID+"  sale "+sale+"  user "+o.UserID)
 	}
+	t.Logf("dlq show 3:\n%s", out)
 
 	alter(64) // fixed
 	out = s.dlq(0, "requeue")
@@ -348,4 +354,119 @@ func TestDLQRealConsumer(t *testing.T) {
 		t.Fatalf("after requeue: %d dead letters, want 0", n)
 	}
 	t.Logf("3 orders dead-lettered by the consumer (1 rejected whole, 2 alone), requeued after the fix: 6 rows, each once")
+}
+
+// cutProxy forwards TCP connections to upstream until cut closes them all
+// at once, as a network failure would.
+type cutProxy struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+}
+
+// newCutProxy listens on 127.0.0.1:0; the test's cleanup closes it and
+// waits for its goroutines.
+func newCutProxy(t *testing.T, upstream string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, upstream: upstream}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = p.ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		u, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, u)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		for _, pair := range [][2]net.Conn{{c, u}, {u, c}} {
+			go func() {
+				defer p.wg.Done()
+				_, _ = io.Copy(pair[0], pair[1])
+				_ = pair[0].Close()
+				_ = pair[1].Close()
+			}()
+		}
+	}
+}
+
+// cut closes every connection through the proxy, both sides, and returns
+// once they are closed: nothing sent after it reaches upstream.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// TestDLQRequeueConnectionCut: the connection of a requeue is cut after
+// the broker confirmed a message's publish and before its dead letter is
+// acknowledged, the one window where a message is in both queues. Nothing
+// is lost: the message is back in the dead-letter queue as well as on the
+// orders queue; requeued again, the consumer writes it once.
+func TestDLQRequeueConnectionCut(t *testing.T) {
+	s := newStack(t)
+	const sale = "dlqcut"
+	sess := s.dlqSession()
+	dlx := broker.DeadLetter(s.cfg.AMQP.Exchange)
+	os := s.dlqOrders(sale, "cut", 4)
+	for _, o := range os {
+		s.dlqPublish(sess, dlx, "", amqp.Table{broker.ReasonHeader: "test: refused"}, o)
+	}
+	s.startConsumers(1)
+
+	u, err := url.Parse(s.cfg.AMQP.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, u.Host)
+	u.Host = p.ln.Addr().String()
+	viaProxy := s.cfg.AMQP
+	viaProxy.URL = u.String()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := broker.Requeue(ctx, viaProxy, "dlq test requeue", broker.RequeueOptions{Max: 1000, OnConfirmed: func(r broker.RequeueResult) {
+		if r.Moved == 1 { // the second message is confirmed, not acknowledged
+			p.cut()
+		}
+	}})
+	if err == nil {
+		t.Fatalf("requeue through a cut connection: moved %d, no error", res.Moved)
+	}
+	t.Logf("requeue cut after the second confirm: moved %d, %v", res.Moved, err)
+	// The broker never saw the second ack: that dead letter is back, and
+	// the two others with it.
+	localstack.WaitFor(t, 30*time.Second, "3 dead letters back", func() bool { return s.deadDepth() == 3 })
+	localstack.WaitFor(t, time.Minute, "the 2 requeued orders in MySQL", func() bool { r, _ := s.count(sale); return r == 2 })
+
+	out := s.dlq(0, "requeue")
+	mustContain(t, "dlq requeue", out, "requeue: 3 messages moved", "0 left")
+	localstack.WaitFor(t, time.Minute, "every order in MySQL", func() bool { r, _ := s.count(sale); return r == int64(len(os)) })
+	s.waitOrdersQueueEmpty()
+	s.checkRows(sale, os)
+	t.Logf("4 orders, one of them requeued twice across the cut: 4 rows, each once")
 }
