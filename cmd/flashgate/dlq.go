@@ -140,7 +140,7 @@ func dlqList(ctx context.Context, c config.AMQP, name string, w io.Writer) error
 			oldest = d.At
 		}
 	}
-	fmt.Fprintf(w, "queue %s: %d messages\n", q, ready)
+	fmt.Fprintf(w, "queue %s: %s\n", q, messages(ready))
 	if ready == 0 {
 		return nil
 	}
@@ -174,7 +174,7 @@ func dlqShow(ctx context.Context, c config.AMQP, name string, n int, w io.Writer
 	if err != nil {
 		return dlqError(err)
 	}
-	fmt.Fprintf(w, "queue %s: %d messages, showing %d\n", broker.DeadLetter(c.Queue), ready, len(dead))
+	fmt.Fprintf(w, "queue %s: %s, showing %d\n", broker.DeadLetter(c.Queue), messages(ready), len(dead))
 	for i, d := range dead {
 		at := "unknown"
 		if !d.At.IsZero() {
@@ -210,7 +210,7 @@ func dlqRequeue(ctx context.Context, c config.AMQP, name, reason string, limit i
 	if reason != "" {
 		what += " (reason containing " + strconv.Quote(reason) + ")"
 	}
-	fmt.Fprintf(w, "requeue: %d messages %s, %d read, %d left in %s\n", res.Moved, what, res.Scanned, res.Left, broker.DeadLetter(c.Queue))
+	fmt.Fprintf(w, "requeue: %s %s, %d read, %d left in %s\n", messages(res.Moved), what, res.Scanned, res.Left, broker.DeadLetter(c.Queue))
 	if err != nil {
 		return fmt.Errorf("requeue stopped after %d messages (nothing lost; run it again): %w", res.Moved, dlqError(err))
 	}
@@ -241,4 +241,12 @@ func clipBody(b []byte) string {
 		return strconv.Quote(string(b[:200])) + "…"
 	}
 	return strconv.Quote(string(b))
+}
+
+// messages is "1 message", "N messages".
+func messages(n int) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return strconv.Itoa(n) + " messages"
 }

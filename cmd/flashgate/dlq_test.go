@@ -200,7 +200,7 @@ func TestDLQ(t *testing.T) {
 
 	// requeue by reason moves only those.
 	out = s.dlq(0, "requeue", "--reason", "rejected")
-	mustContain(t, "dlq requeue --reason rejected", out, "requeue: 1 messages moved", "5 left")
+	mustContain(t, "dlq requeue --reason rejected", out, "requeue: 1 message moved", "5 left")
 	localstack.WaitFor(t, time.Minute, "the rejected batch in MySQL", func() bool { r, _ := s.count(sale); return r == 4 })
 	if n := s.deadDepth(); n != 5 {
 		t.Fatalf("after requeue --reason rejected: %d dead letters, want 5", n)
@@ -251,7 +251,7 @@ func TestDLQ(t *testing.T) {
 
 	// --max bounds a requeue.
 	out = s.dlq(0, "requeue", "--max", "1")
-	mustContain(t, "dlq requeue --max 1", out, "requeue: 1 messages moved", "2 left")
+	mustContain(t, "dlq requeue --max 1", out, "requeue: 1 message moved", "2 left")
 
 	// The rest, the order already in MySQL among them.
 	out = s.dlq(0, "requeue")
@@ -469,4 +469,34 @@ func TestDLQRequeueConnectionCut(t *testing.T) {
 	s.waitOrdersQueueEmpty()
 	s.checkRows(sale, os)
 	t.Logf("4 orders, one of them requeued twice across the cut: 4 rows, each once")
+}
+
+// TestDLQDeliveryLimit: a message that comes back more often than the
+// delivery limit allows is dead-lettered by the broker, and list says so.
+func TestDLQDeliveryLimit(t *testing.T) {
+	s := newStack(t)
+	sess := s.dlqSession()
+	os := s.dlqOrders("dlqlimit", "loop", 1)
+	s.dlqPublish(sess, s.cfg.AMQP.Exchange, broker.RoutingKey, nil, os...)
+	returned := 0
+	localstack.WaitFor(t, time.Minute, "the message dead-lettered past the delivery limit", func() bool {
+		d, ok, err := sess.Channel.Get(s.cfg.AMQP.Queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			returned++
+			if err := d.Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+			return false
+		}
+		return s.deadDepth() == 1
+	})
+	if returned <= s.cfg.AMQP.DeliveryLimit {
+		t.Fatalf("dead-lettered after %d returns, the limit is %d", returned, s.cfg.AMQP.DeliveryLimit)
+	}
+	out := s.dlq(0, "list")
+	mustContain(t, "dlq list", out, "1 message\n", "1  delivery_limit")
+	t.Logf("dead-lettered after %d returns (limit %d); list: %q", returned, s.cfg.AMQP.DeliveryLimit, out)
 }
