@@ -1,6 +1,7 @@
 // Package broker is flashgate's RabbitMQ connection: dialling, the topology
-// both the relay and the consumer declare, and the one reconnect loop (Loop)
-// they both run their sessions in.
+// both the relay and the consumer declare, the one reconnect loop (Loop)
+// they both run their sessions in, and the dead-letter queue read back
+// (Browse, Requeue) for `flashgate dlq`.
 //
 // The topology, declared idempotently by every process that connects:
 //
