@@ -1,0 +1,463 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flashgate/flashgate/internal/localstack"
+)
+
+// A real nginx (Debian's, deploy/local/nginx.sh) in front of two gateways,
+// with the config rendered from the shipped deploy/nginx.conf
+// (deploy/nginxlocal_test.go holds the two equal but for addresses and
+// paths). The tests skip when nginx is not installed:
+// `deploy/local/nginx.sh install` installs it.
+
+const nginxBin = "/usr/sbin/nginx"
+
+// nginxProc is an nginx master process started by a test (daemon off), and
+// its access log read as it grows.
+type nginxProc struct {
+	t      *testing.T
+	dir    string
+	base   string // http://host:port of its public server
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *accessLog
+}
+
+// startNginx renders the local config for gateways and starts nginx on a
+// free loopback port, waiting until it answers. It stops (SIGQUIT, then
+// SIGKILL) when the test ends.
+func startNginx(t *testing.T, gateways ...string) *nginxProc {
+	t.Helper()
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Skipf("no %s: deploy/local/nginx.sh install", nginxBin)
+	}
+	// The status server listens on the public port + 10: both must be free.
+	var listen string
+	for range 20 {
+		a := freeAddr(t)
+		host, port, _ := strings.Cut(a, ":")
+		var p int
+		fmt.Sscan(port, &p)
+		status := fmt.Sprintf("%s:%d", host, p+10)
+		if l, err := net.Listen("tcp", status); err == nil {
+			l.Close()
+			listen = a
+			break
+		}
+	}
+	if listen == "" {
+		t.Fatal("no two free ports for nginx")
+	}
+	dir := t.TempDir()
+	script, err := filepath.Abs("../../deploy/local/nginx.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("bash", append([]string{script, "conf", dir, listen}, gateways...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nginx.sh conf: %v\n%s", err, out)
+	}
+	n := &nginxProc{t: t, dir: dir, base: "http://" + listen, exited: make(chan struct{})}
+	n.cmd = exec.Command(nginxBin, "-p", dir+"/", "-e", filepath.Join(dir, "logs", "error.log"),
+		"-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
+	n.cmd.Stdout, n.cmd.Stderr = os.Stderr, os.Stderr
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.exited) }()
+	t.Cleanup(n.stop)
+	c := &http.Client{Timeout: time.Second}
+	localstack.WaitFor(t, 10*time.Second, "nginx answers /readyz 200", func() bool {
+		code, _, err := httpDo(c, "GET", n.base+"/readyz", "")
+		return err == nil && code == 200
+	})
+	n.log = tailAccessLog(t, filepath.Join(dir, "logs", "access.log"))
+	return n
+}
+
+func (n *nginxProc) stop() {
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-n.exited:
+	case <-time.After(10 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.exited
+	}
+	if n.t.Failed() {
+		if raw, err := os.ReadFile(filepath.Join(n.dir, "logs", "error.log")); err == nil {
+			s := string(raw)
+			if len(s) > 4000 {
+				s = "…" + s[len(s)-4000:]
+			}
+			n.t.Logf("---- nginx error.log ----\n%s", s)
+		}
+	}
+}
+
+// accessLog reads nginx's access log as it grows (every 5ms) and stamps
+// each line with the time it was read: the shipped log format carries no
+// time of its own (Docker stamps stdout).
+type accessLog struct {
+	mu    sync.Mutex
+	lines []logLine
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+func tailAccessLog(t *testing.T, path string) *accessLog {
+	a := &accessLog{stop: make(chan struct{}), done: make(chan struct{})}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Seek(0, io.SeekEnd)
+	go func() {
+		defer close(a.done)
+		defer f.Close()
+		r := bufio.NewReader(f)
+		var partial string
+		for {
+			line, err := r.ReadString('\n')
+			partial += line
+			if err == nil {
+				a.mu.Lock()
+				a.lines = append(a.lines, logLine{at: time.Now(), text: strings.TrimSuffix(partial, "\n")})
+				a.mu.Unlock()
+				partial = ""
+				continue
+			}
+			select {
+			case <-a.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(a.stop); <-a.done })
+	return a
+}
+
+func (a *accessLog) snapshot() []logLine {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]logLine(nil), a.lines...)
+}
+
+// answeredBy counts the requests logged since since that gateway answered
+// (the last address of $upstream_addr, with a status below 500).
+func (a *accessLog) answeredBy(addr string, since time.Time) int {
+	var n int
+	for _, l := range a.snapshot() {
+		if l.at.Before(since) {
+			continue
+		}
+		_, rest, ok := strings.Cut(l.text, " upstream=")
+		if !ok {
+			continue
+		}
+		ups, rest, _ := strings.Cut(rest, " ustatus=")
+		st, _, _ := strings.Cut(rest, " ")
+		addrs := strings.Split(ups, ", ")
+		codes := strings.Split(st, ", ")
+		if addrs[len(addrs)-1] == addr && codes[len(codes)-1] < "500" {
+			n++
+		}
+	}
+	return n
+}
+
+// lbBuyers buy through nginx, each user once, with an Idempotency-Key of
+// its own; a buy that gets no answer or a 5xx is sent again with the same
+// key (every 20ms) until it gets a 2xx or 4xx. It counts what buyers see.
+type lbBuyers struct {
+	t        *testing.T
+	mu       sync.Mutex
+	accepted map[string]string // order id → user
+	byUser   map[string]string // user → order id
+	final    map[int]int       // the answer each buy ended with
+	seen     map[int]int       // every answer, retried ones included
+	bad      []string
+	buys     atomic.Int64 // buys that ended (with any answer)
+	failed   atomic.Int64 // buys that never got a 2xx/4xx
+	errs     atomic.Int64 // attempts without an answer
+	n202     atomic.Int64
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// startLBBuyers runs workers buyers on sale through base, users in all at
+// most, each pausing pause between buys; they stop at stop or when out of
+// users, and give up after two minutes.
+func startLBBuyers(t *testing.T, base, sale string, workers, users int, pause time.Duration) *lbBuyers {
+	b := &lbBuyers{t: t, accepted: map[string]string{}, byUser: map[string]string{}, final: map[int]int{}, seen: map[int]int{}}
+	b.ctx, b.cancel = context.WithTimeout(context.Background(), 2*time.Minute)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	var next atomic.Int64
+	for range workers {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			for b.ctx.Err() == nil {
+				n := next.Add(1)
+				if n > int64(users) {
+					return
+				}
+				b.buy(client, base, sale, fmt.Sprintf("lb%d", n))
+				time.Sleep(pause)
+			}
+		}()
+	}
+	t.Cleanup(func() { b.stop(); client.CloseIdleConnections() })
+	return b
+}
+
+// buy sends one user's buy until it has an answer. Once started it is not
+// abandoned when the buyers stop (only at their two-minute deadline), so
+// that no reservation is left with an unknown outcome.
+func (b *lbBuyers) buy(c *http.Client, base, sale, user string) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, id, body, err := buyOnce(c, base, sale, user)
+		b.mu.Lock()
+		if err != nil {
+			b.errs.Add(1)
+		} else {
+			b.seen[code]++
+		}
+		b.mu.Unlock()
+		if err == nil && code < 500 {
+			b.record(code, id, user, body)
+			return
+		}
+		if time.Now().After(deadline) {
+			b.failed.Add(1)
+			b.buys.Add(1)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *lbBuyers) record(code int, id, user, body string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buys.Add(1)
+	b.final[code]++
+	switch code {
+	case 202:
+		if id == "" {
+			b.bad = append(b.bad, "202 without order id: "+body)
+			return
+		}
+		if prev, ok := b.byUser[user]; ok && prev != id {
+			b.bad = append(b.bad, fmt.Sprintf("user %s (one Idempotency-Key) has two orders %s and %s", user, prev, id))
+		}
+		if prev, ok := b.accepted[id]; ok && prev != user {
+			b.bad = append(b.bad, "order id "+id+" given to two users")
+		}
+		b.accepted[id] = user
+		b.byUser[user] = id
+		b.n202.Add(1)
+	case 410, 409, 429:
+	default:
+		b.bad = append(b.bad, fmt.Sprintf("%d %s", code, body))
+	}
+}
+
+func (b *lbBuyers) stop() { b.cancel(); b.wg.Wait() }
+
+func (b *lbBuyers) waitAccepted(n int64, timeout time.Duration) {
+	b.t.Helper()
+	localstack.WaitFor(b.t, timeout, fmt.Sprintf("%d buys accepted through nginx", n), func() bool { return b.n202.Load() >= n })
+}
+
+// check fails the test on an answer no buyer should get and on a buy that
+// never got one, logs the counts, and returns the accepted orders.
+func (b *lbBuyers) check() map[string]string {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var fivexx int
+	for code, n := range b.seen {
+		if code >= 500 {
+			fivexx += n
+		}
+	}
+	b.t.Logf("buys %d, 202s %d, failed %d; final answers %v; every answer %v: %d 5xx, %d attempts without an answer",
+		b.buys.Load(), b.n202.Load(), b.failed.Load(), b.final, b.seen, fivexx, b.errs.Load())
+	if len(b.bad) > 0 {
+		b.t.Fatalf("%d unexpected answers, first ones: %q", len(b.bad), b.bad[:min(len(b.bad), 10)])
+	}
+	if f := b.failed.Load(); f > 0 {
+		b.t.Fatalf("%d buys never got an answer, retried with the same key for two minutes", f)
+	}
+	return b.accepted
+}
+
+// fiveXX returns how many answers of 500 or more the buyers saw.
+func (b *lbBuyers) fiveXX() map[int]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[int]int{}
+	for code, n := range b.seen {
+		if code >= 500 {
+			out[code] = n
+		}
+	}
+	return out
+}
+
+// lbStack is the stack with two gateways behind nginx and one consumer.
+func lbStack(t *testing.T, sale string) (*stack, [2]*gatewayProc, *nginxProc) {
+	t.Helper()
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Skipf("no %s: deploy/local/nginx.sh install", nginxBin)
+	}
+	// The gateways' default drain: /readyz fails and answers say
+	// Connection: close for 2s before the listener closes.
+	s := newStack(t, "FLASHGATE_DRAIN_DELAY=2s", "FLASHGATE_LOG_LEVEL=warn")
+	var gs [2]*gatewayProc
+	for i := range gs {
+		gs[i] = s.startGateway(nil)
+	}
+	s.startConsumers(1)
+	s.createSale(gs[0], sale, 1000000, 1)
+	n := startNginx(t, gs[0].public, gs[1].public)
+	return s, gs, n
+}
+
+// TestLBRollingRestart: buyers buy through nginx at a steady pace while
+// each gateway in turn gets SIGTERM, drains, exits and is started again
+// (ready) before the other one goes. No buy fails (after the client's
+// retries with the same key), no key gets two orders, and every 202 is in
+// MySQL once. The 5xx buyers saw on the way are logged.
+func TestLBRollingRestart(t *testing.T) {
+	s, gs, n := lbStack(t, "roll")
+	b := startLBBuyers(t, n.base, "roll", 16, 12000, 40*time.Millisecond)
+	b.waitAccepted(500, time.Minute)
+	for i, g := range gs {
+		before := b.n202.Load()
+		start := time.Now()
+		g.signal(t, syscall.SIGTERM)
+		if code := g.waitExit(t, 30*time.Second); code != 0 {
+			t.Fatalf("gateway %d: exit %d after SIGTERM\n%s", i+1, code, g.out)
+		}
+		exited := time.Since(start)
+		s.startGateway(g) // same ports
+		ready := time.Since(start)
+		// Passive checks: the connects refused while it was down count as
+		// failures, and nginx leaves it alone for fail_timeout (5s) even
+		// though it is ready. Taking the other one down before nginx sends
+		// to this one again leaves nginx with no live upstream: every
+		// request is a 502 at once ("no live upstreams"). So the next
+		// restart waits until nginx's access log shows this one answering.
+		localstack.WaitFor(t, 30*time.Second, fmt.Sprintf("nginx sends to gateway %d again", i+1), func() bool {
+			return n.log.answeredBy(g.public, start.Add(ready)) > 0
+		})
+		t.Logf("gateway %d: exited %v after SIGTERM, ready %v, back in nginx's rotation %v after SIGTERM; %d buys accepted meanwhile, 5xx so far %v",
+			i+1, exited.Round(time.Millisecond), ready.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), b.n202.Load()-before, b.fiveXX())
+		b.waitAccepted(b.n202.Load()+300, time.Minute)
+	}
+	b.stop()
+	accepted := b.check()
+	s.waitDrained("roll", 2*time.Minute)
+	s.checkExactlyOnce("roll", accepted)
+	rows, _ := s.count("roll")
+	t.Logf("rolling restart: %d buys, %d 202s, %d failed, 5xx %v, %d MySQL rows",
+		b.buys.Load(), len(accepted), b.failed.Load(), b.fiveXX(), rows)
+	s.checkNoDrift("roll")
+}
+
+// TestLBKill9: one gateway is killed (SIGKILL) mid-burst. Buyers retry
+// through nginx with the same Idempotency-Key; no key gets two orders and
+// every 202 is in MySQL once. How long nginx kept trying the dead gateway
+// (passive checks: max_fails within fail_timeout, then fail_timeout off) is
+// read from its access log and logged, not asserted.
+func TestLBKill9(t *testing.T) {
+	s, gs, n := lbStack(t, "crash")
+	b := startLBBuyers(t, n.base, "crash", 32, 20000, 5*time.Millisecond)
+	b.waitAccepted(1000, time.Minute)
+	dead := gs[0].public
+	killed := time.Now()
+	gs[0].kill9(t)
+	before := b.n202.Load()
+	// Long enough for nginx to take the dead one back on trial at least once
+	// (fail_timeout 5s).
+	b.waitAccepted(before+1000, time.Minute)
+	time.Sleep(7 * time.Second)
+	b.stop()
+	accepted := b.check()
+
+	// Requests nginx sent to the dead gateway after the kill: the
+	// $upstream_addr of each names every gateway it tried.
+	var tries []time.Duration
+	var total, after int
+	for _, l := range n.log.snapshot() {
+		if l.at.Before(killed) {
+			continue
+		}
+		total++
+		if strings.Contains(l.text, "upstream="+dead) || strings.Contains(l.text, ", "+dead) {
+			tries = append(tries, l.at.Sub(killed))
+			after++
+		}
+	}
+	sort.Slice(tries, func(i, j int) bool { return tries[i] < tries[j] })
+	var firstBurst time.Duration
+	for i, d := range tries {
+		if i > 0 && d-tries[i-1] > 2*time.Second {
+			break
+		}
+		firstBurst = d
+	}
+	t.Logf("after the kill: %d requests through nginx, %d of them tried the dead gateway (in flight, refused, or a trial after fail_timeout); the last of the first run %v after the kill; tries at (first and last ones) %v",
+		total, after, firstBurst.Round(time.Millisecond), roundAll(tries))
+
+	s.startGateway(gs[0]) // its relay's pending entries are claimed either way
+	s.waitDrained("crash", 2*time.Minute)
+	s.checkExactlyOnce("crash", accepted)
+	rows, _ := s.count("crash")
+	t.Logf("kill -9: %d buys, %d 202s, %d failed, 5xx %v, %d MySQL rows",
+		b.buys.Load(), len(accepted), b.failed.Load(), b.fiveXX(), rows)
+	s.checkNoDrift("crash")
+}
+
+// roundAll returns the first and the last few of ds, rounded to the
+// millisecond.
+func roundAll(ds []time.Duration) []time.Duration {
+	var out []time.Duration
+	for i, d := range ds {
+		if i < 8 || i >= len(ds)-4 {
+			out = append(out, d.Round(time.Millisecond))
+		}
+	}
+	return out
+}
