@@ -461,3 +461,56 @@ func roundAll(ds []time.Duration) []time.Duration {
 	}
 	return out
 }
+
+// TestLBPerIPCapSeesNginx: behind nginx a gateway's per-address cap
+// (http.max_conns_per_ip) counts nginx, not the buyers: every connection
+// comes from nginx's address, its idle kept-alive ones included, and the
+// cap only reads the TCP peer (never X-Forwarded-For or X-Real-IP, which
+// nginx sets but a client can forge). With a cap of 4 and rounds of 32 buys
+// at once through nginx, buyers get the gateways' 429 rate_limited although
+// each of them has one connection: behind a balancer the cap must stay 0
+// (the default), and a per-client limit belongs in nginx (limit_conn on
+// $binary_remote_addr).
+func TestLBPerIPCapSeesNginx(t *testing.T) {
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Skipf("no %s: deploy/local/nginx.sh install", nginxBin)
+	}
+	s := newStack(t, "FLASHGATE_HTTP_MAX_CONNS_PER_IP=4", "FLASHGATE_LOG_LEVEL=error")
+	g1, g2 := s.startGateway(nil), s.startGateway(nil)
+	s.createSale(g1, "perip", 1000000, 1)
+	n := startNginx(t, g1.public, g2.public)
+
+	codes := map[int]int{}
+	var mu sync.Mutex
+	var user atomic.Int64
+	for round := 0; round < 20 && codes[429] == 0; round++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := &http.Client{Timeout: 10 * time.Second} // a connection of its own
+				defer c.CloseIdleConnections()
+				<-start
+				code, _, body, err := buyOnce(c, n.base, "perip", fmt.Sprintf("p%d", user.Add(1)))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					codes[-1]++
+					return
+				}
+				codes[code]++
+				if code == 429 && !strings.Contains(body, "rate_limited") {
+					t.Errorf("429 without rate_limited: %s", body)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	t.Logf("answers through nginx, per-IP cap 4 on each gateway: %v", codes)
+	if codes[429] == 0 {
+		t.Fatalf("no buy was refused by the per-IP cap behind nginx: %v", codes)
+	}
+}
