@@ -4,6 +4,8 @@
 #   make up-cluster up + a local Redis Cluster of three primaries (127.0.0.1:7001-7003,
 #                   data in .run/redis-cluster/); make down stops it too
 #   make run        up + build, then consumer (background) + gateway (foreground)
+#   make run-lb     up + build, then nginx (127.0.0.1:8080) in front of two gateways, and a
+#                   consumer (deploy/local/run-lb.sh; installs Debian's nginx when missing)
 #   make tools      install promtool and prometheus (Debian's prometheus package) when
 #                   missing: the tests of deploy/prometheus and deploy/grafana run them
 #   make test       up + tools + the whole test suite, then a short run of every fuzz target
@@ -40,7 +42,7 @@ FUZZTIME ?= 3000000x
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down tools run test fuzz lint check bench clean up-cluster test-cluster
+.PHONY: build up down tools run run-lb test fuzz lint check bench clean up-cluster test-cluster
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -63,6 +65,11 @@ run: up build
 	@FLASHGATE_CONSUMER_METRICS_ADDR=$${FLASHGATE_CONSUMER_METRICS_ADDR:-127.0.0.1:8082} ./$(BIN) consumer & consumer=$$!; \
 	trap 'kill $$consumer 2>/dev/null || true; wait $$consumer 2>/dev/null || true' EXIT; \
 	./$(BIN) gateway
+
+# Two gateways behind a real nginx, as in production (deploy/nginx.conf made
+# local by deploy/local/nginx.sh), and a consumer; Ctrl-C stops the four.
+run-lb: up build
+	@deploy/local/run-lb.sh
 
 test: up tools
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
