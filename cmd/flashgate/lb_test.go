@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -168,6 +169,26 @@ func (a *accessLog) snapshot() []logLine {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]logLine(nil), a.lines...)
+}
+
+// triedSince returns when (after since) nginx logged requests that tried
+// addr, in order ($upstream_addr names every gateway a request was sent
+// to), and how many requests it logged in all since.
+func (a *accessLog) triedSince(addr string, since time.Time) ([]time.Duration, int) {
+	var tries []time.Duration
+	var total int
+	for _, l := range a.snapshot() {
+		if l.at.Before(since) {
+			continue
+		}
+		total++
+		_, rest, _ := strings.Cut(l.text, " upstream=")
+		ups, _, _ := strings.Cut(rest, " ")
+		if slices.Contains(strings.Split(strings.ReplaceAll(ups, ",", " "), " "), addr) {
+			tries = append(tries, l.at.Sub(since))
+		}
+	}
+	return tries, total
 }
 
 // answeredBy counts the requests logged since since that gateway answered
@@ -403,33 +424,23 @@ func TestLBRollingRestart(t *testing.T) {
 // read from its access log and logged, not asserted.
 func TestLBKill9(t *testing.T) {
 	s, gs, n := lbStack(t, "crash")
-	b := startLBBuyers(t, n.base, "crash", 32, 20000, 5*time.Millisecond)
+	b := startLBBuyers(t, n.base, "crash", 32, 50000, 5*time.Millisecond)
 	b.waitAccepted(1000, time.Minute)
 	dead := gs[0].public
 	killed := time.Now()
 	gs[0].kill9(t)
-	before := b.n202.Load()
-	// Long enough for nginx to take the dead one back on trial at least once
-	// (fail_timeout 5s).
-	b.waitAccepted(before+1000, time.Minute)
-	time.Sleep(7 * time.Second)
+	b.waitAccepted(b.n202.Load()+1000, time.Minute) // through the other one
+	// Until nginx has taken the dead one on trial again, once its
+	// fail_timeout (5s) has passed.
+	localstack.WaitFor(t, time.Minute, "nginx tries the dead gateway again after fail_timeout", func() bool {
+		tries, _ := n.log.triedSince(dead, killed)
+		return len(tries) > 0 && tries[len(tries)-1] >= 4*time.Second
+	})
 	b.stop()
 	accepted := b.check()
 
-	// Requests nginx sent to the dead gateway after the kill: the
-	// $upstream_addr of each names every gateway it tried.
-	var tries []time.Duration
-	var total, after int
-	for _, l := range n.log.snapshot() {
-		if l.at.Before(killed) {
-			continue
-		}
-		total++
-		if strings.Contains(l.text, "upstream="+dead) || strings.Contains(l.text, ", "+dead) {
-			tries = append(tries, l.at.Sub(killed))
-			after++
-		}
-	}
+	tries, total := n.log.triedSince(dead, killed)
+	after := len(tries)
 	sort.Slice(tries, func(i, j int) bool { return tries[i] < tries[j] })
 	var firstBurst time.Duration
 	for i, d := range tries {
