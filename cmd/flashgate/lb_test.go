@@ -525,3 +525,64 @@ func TestLBPerIPCapSeesNginx(t *testing.T) {
 		t.Fatalf("no buy was refused by the per-IP cap behind nginx: %v", codes)
 	}
 }
+
+// TestLBKeepAlive: nginx keeps its connections to the gateways open between
+// requests (upstream keepalive, HTTP/1.1, Connection ""): after 200 buys one
+// after another, the gateways still hold connections from nginx, and no more
+// than one per nginx worker and gateway, where without keep-alive each buy
+// would open one and close it.
+func TestLBKeepAlive(t *testing.T) {
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Skipf("no %s: deploy/local/nginx.sh install", nginxBin)
+	}
+	s := newStack(t, "FLASHGATE_LOG_LEVEL=warn")
+	gs := []*gatewayProc{s.startGateway(nil), s.startGateway(nil)}
+	s.createSale(gs[0], "keep", 1000000, 1)
+	n := startNginx(t, gs[0].public, gs[1].public)
+	c := &http.Client{Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	for i := range 200 {
+		code, _, body, err := buyOnce(c, n.base, "keep", fmt.Sprintf("k%d", i))
+		if err != nil || code != 202 {
+			t.Fatalf("buy %d through nginx: %d %s %v", i, code, body, err)
+		}
+	}
+	workers := nginxWorkers(t, n)
+	var open float64
+	for _, g := range gs {
+		open += scrapeURL(t, "http://"+g.admin+"/metrics")[`flashgate_http_connections{listener="public"}`]
+	}
+	t.Logf("after 200 buys one after another: %v connections open from nginx (%d workers) to the two gateways", open, workers)
+	if open < 1 || open > float64(2*workers) {
+		t.Fatalf("%v connections open from nginx to the gateways after 200 buys, want 1 to %d (one per worker and gateway): keep-alive to the upstreams is not working", open, 2*workers)
+	}
+}
+
+// nginxWorkers counts the worker processes of n's master.
+func nginxWorkers(t *testing.T, n *nginxProc) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workers int
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == fmt.Sprint(n.cmd.Process.Pid) {
+			workers++
+		}
+	}
+	if workers == 0 {
+		t.Fatal("nginx has no worker processes")
+	}
+	return workers
+}
