@@ -6,8 +6,9 @@
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make run-lb     up + build, then nginx (127.0.0.1:8080) in front of two gateways, and a
 #                   consumer (deploy/local/run-lb.sh; installs Debian's nginx when missing)
-#   make tools      install promtool and prometheus (Debian's prometheus package) when
-#                   missing: the tests of deploy/prometheus and deploy/grafana run them
+#   make tools      install promtool and prometheus (Debian's prometheus package) and nginx
+#                   when missing: the tests of deploy/prometheus, deploy/grafana and the
+#                   load balancer (cmd/flashgate/lb_test.go) run them
 #   make test       up + tools + the whole test suite, then a short run of every fuzz target
 #   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
 #   make fuzz       every fuzz target for FUZZTIME each (default 3M inputs; no services needed)
@@ -58,6 +59,7 @@ down:
 # never started as a service (deploy/local/prometheus.sh).
 tools:
 	@deploy/local/prometheus.sh
+	@deploy/local/nginx.sh install
 
 # The consumer runs in the background and is stopped when the gateway exits
 # (Ctrl-C included); the exit status is the gateway's.

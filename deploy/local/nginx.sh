@@ -24,6 +24,7 @@ set -Eeuo pipefail
 
 # shellcheck source=deploy/local/lib.sh
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+trap 'fg_err "$0: failed at line $LINENO: $BASH_COMMAND"' ERR
 
 FG_NGINX=${FG_NGINX:-/usr/sbin/nginx}
 

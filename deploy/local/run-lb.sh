@@ -15,6 +15,7 @@ set -Eeuo pipefail
 
 # shellcheck source=deploy/local/lib.sh
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+trap 'fg_err "$0: failed at line $LINENO: $BASH_COMMAND"' ERR
 
 BIN=${FLASHGATE_BIN:-$FG_ROOT/bin/flashgate}
 LB=${FG_LB_ADDR:-127.0.0.1:8080}
