@@ -138,13 +138,15 @@ func (r *Repairer) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "flashgate_repair_errors_total", s.Errors)
 }
 
-// Run works until ctx ends, then returns nil. A failure is logged and tried
-// again at the next poll; nothing it does is lost by stopping it at any
-// instant (a sale stays held until a last call releases it).
+// Run works until ctx ends, then returns nil. A failure is counted, logged
+// once until it works again, and tried again at the next poll; nothing it
+// does is lost by stopping it at any instant (a sale stays held until a
+// last call releases it).
 func (r *Repairer) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.Poll)
 	defer tick.Stop()
 	lastPass := time.Now()
+	var failing, passFailing bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -154,17 +156,31 @@ func (r *Repairer) Run(ctx context.Context) error {
 		if time.Since(lastPass) >= r.cfg.PassEvery {
 			lastPass = time.Now()
 			pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-			if _, err := r.d.Loader.HoldPass(pctx); err != nil && ctx.Err() == nil {
-				r.errs.Add(1)
-				r.d.Log.Warn("hold pass failed; trying again later", zap.Error(err))
-			}
+			_, err := r.d.Loader.HoldPass(pctx)
 			cancel()
+			passFailing = r.failed(ctx, err, passFailing, "hold pass")
 		}
-		if err := r.Once(ctx); err != nil && ctx.Err() == nil {
-			r.errs.Add(1)
-			r.d.Log.Warn("repair of held sales failed; trying again", zap.Error(err))
-		}
+		failing = r.failed(ctx, r.Once(ctx), failing, "repair of held sales")
 	}
+}
+
+// failed counts a failed step and logs the first failure of a run of them,
+// and the step's recovery, rather than every poll (every 100 ms while
+// Redis or MySQL is down); it returns whether the step is failing now.
+func (r *Repairer) failed(ctx context.Context, err error, wasFailing bool, step string) bool {
+	switch {
+	case ctx.Err() != nil:
+		return wasFailing
+	case err != nil:
+		r.errs.Add(1)
+		if !wasFailing {
+			r.d.Log.Warn(step+" failed; trying again at each poll (said once until it works)", zap.Error(err))
+		}
+		return true
+	case wasFailing:
+		r.d.Log.Info(step + " works again")
+	}
+	return false
 }
 
 // Once repairs the sales held now, once every order on its way to MySQL
