@@ -32,6 +32,46 @@ fi
 fg_log() { printf '%s\n' "$*"; }
 fg_err() { printf '%s\n' "$*" >&2; }
 
+# fg_apt_install [APT-OPTION...] PACKAGE...: installs Debian packages with
+# apt-get, as root or through sudo. A package must not start its own service
+# (RabbitMQ as the rabbitmq user on every interface, nginx on port 80): a
+# policy-rc.d denies it for the time of the install, unless a policy is
+# already in place, and is removed afterwards, also when the script is
+# interrupted (the EXIT trap names it by value: the caller's locals are
+# gone by then). `apt-get update` runs only when there is no package list
+# yet, or when the install fails on a stale one. The lock timeout: another
+# of these scripts may be installing at the same time (make -j).
+fg_apt_install() {
+	local sudo=() policy=/usr/sbin/policy-rc.d own=
+	if ((EUID != 0)); then
+		command -v sudo >/dev/null 2>&1 || {
+			fg_err "need root (or sudo) to install: $*"
+			return 1
+		}
+		sudo=(sudo)
+	fi
+	if [[ ! -e $policy ]]; then
+		printf '#!/bin/sh\n# flashgate deploy/local: during apt-get install only\nexit 101\n' |
+			"${sudo[@]}" tee "$policy" >/dev/null
+		"${sudo[@]}" chmod 755 "$policy"
+		own=1
+		# shellcheck disable=SC2064 # expanded now, on purpose
+		trap "${sudo[*]} rm -f $policy" EXIT
+	fi
+	local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=300 "$@") rc=0
+	{
+		if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+			"${sudo[@]}" apt-get update
+		fi
+		"${sudo[@]}" "${install[@]}" || { "${sudo[@]}" apt-get update && "${sudo[@]}" "${install[@]}"; }
+	} || rc=$?
+	if [[ -n $own ]]; then
+		"${sudo[@]}" rm -f "$policy"
+		trap - EXIT
+	fi
+	return "$rc"
+}
+
 # FG_REDIS_APPENDFSYNC: stack.env's, unless FLASHGATE_LOCAL_APPENDFSYNC
 # names another for this run.
 FG_REDIS_APPENDFSYNC=${FLASHGATE_LOCAL_APPENDFSYNC:-$FG_REDIS_APPENDFSYNC}

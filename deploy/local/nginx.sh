@@ -31,34 +31,9 @@ FG_NGINX=${FG_NGINX:-/usr/sbin/nginx}
 install_nginx() {
 	[[ -x $FG_NGINX ]] && return 0
 	fg_log "installing nginx"
-	local sudo=()
-	if ((EUID != 0)); then
-		command -v sudo >/dev/null 2>&1 || {
-			fg_err "need root (or sudo) to install nginx"
-			exit 1
-		}
-		sudo=(sudo)
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	# The package must not start its own service (as www-data, on port 80
-	# of every interface): deny it for the time of the install, unless a
-	# policy is already in place (as up.sh does).
-	local policy=/usr/sbin/policy-rc.d
-	if [[ ! -e $policy ]]; then
-		printf '#!/bin/sh\n# flashgate deploy/local/nginx.sh: during apt-get install only\nexit 101\n' |
-			"${sudo[@]}" tee "$policy" >/dev/null
-		"${sudo[@]}" chmod 755 "$policy"
-		trap '"${sudo[@]}" rm -f "$policy"' EXIT
-	fi
-	if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-		"${sudo[@]}" apt-get update
-	fi
 	# nginx-light would do too; `nginx` is Debian's plain one (stub_status,
 	# upstream zone and keepalive are all in it).
-	if ! "${sudo[@]}" apt-get install -y --no-install-recommends nginx; then
-		"${sudo[@]}" apt-get update
-		"${sudo[@]}" apt-get install -y --no-install-recommends nginx
-	fi
+	fg_apt_install --no-install-recommends nginx
 	[[ -x $FG_NGINX ]]
 }
 

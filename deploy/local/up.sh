@@ -27,34 +27,7 @@ have() { command -v "$1" >/dev/null 2>&1 || [[ -x $1 ]]; }
 
 if ((${#missing[@]})); then
 	fg_log "installing ${missing[*]}"
-	sudo=()
-	if ((EUID != 0)); then
-		command -v sudo >/dev/null 2>&1 || {
-			fg_err "need root (or sudo) to install ${missing[*]}"
-			exit 1
-		}
-		sudo=(sudo)
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	# The packages must not start their own services (as the rabbitmq user,
-	# RabbitMQ on every interface): deny it for the time of the install,
-	# unless a policy is already in place.
-	policy=/usr/sbin/policy-rc.d
-	if [[ ! -e $policy ]]; then
-		printf '#!/bin/sh\n# flashgate deploy/local/up.sh: during apt-get install only\nexit 101\n' |
-			"${sudo[@]}" tee "$policy" >/dev/null
-		"${sudo[@]}" chmod 755 "$policy"
-		trap '"${sudo[@]}" rm -f "$policy"' EXIT
-	fi
-	# `apt-get update` only when there is no package list yet, or when the
-	# install fails on a stale one.
-	if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-		"${sudo[@]}" apt-get update
-	fi
-	if ! "${sudo[@]}" apt-get install -y "${missing[@]}"; then
-		"${sudo[@]}" apt-get update
-		"${sudo[@]}" apt-get install -y "${missing[@]}"
-	fi
+	fg_apt_install "${missing[@]}"
 fi
 
 # --- servers, in parallel ----------------------------------------------------------
