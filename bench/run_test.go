@@ -65,9 +65,7 @@ func startGateway(t *testing.T) *testGateway {
 	// relay: the sales' store and the payment sweeper (whose expiries and
 	// lag TestRunPaysAndExpires checks), both run while the gateway does.
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
-	sales, err := sale.New(rdb, loader, keys, sale.Options{
-		Batch:   sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
-		Timeout: cfg.Redis.Timeout})
+	sales, err := sale.New(rdb, loader, keys, sale.OptionsFor(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

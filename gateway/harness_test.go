@@ -105,10 +105,9 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 	// while the gateway does. The relay is not here: the outboxes stay
 	// for the tests to read.
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
-	sales, err := sale.New(rdb, loader, keys, sale.Options{
-		Batch:   sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
-		Timeout: cfg.Redis.Timeout, ZeroLoss: cfg.Redis.ZeroLoss, Log: log.Named("sale"),
-	})
+	so := sale.OptionsFor(cfg)
+	so.Log = log.Named("sale")
+	sales, err := sale.New(rdb, loader, keys, so)
 	if err != nil {
 		t.Fatal(err)
 	}

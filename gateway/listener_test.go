@@ -492,7 +492,7 @@ func TestGatewayChild(t *testing.T) {
 	if _, err := loader.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.Options{Timeout: cfg.Redis.Timeout})
+	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.OptionsFor(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -60,6 +61,17 @@ type Options struct {
 	// of id (a sale, or a bucket of one), and whether it wrote to id's
 	// outbox. It must not block.
 	Changed func(id string, outbox bool)
+}
+
+// OptionsFor is the Options that the settings give (batch.*,
+// admission.max_in_flight, redis.timeout, redis.zero_loss); Log and Changed
+// are the caller's to add.
+func OptionsFor(cfg *config.Config) Options {
+	return Options{
+		Batch:    Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
+		Timeout:  cfg.Redis.Timeout,
+		ZeroLoss: cfg.Redis.ZeroLoss,
+	}
 }
 
 // Batching is how reservations of one sale share script calls.

@@ -41,17 +41,14 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sales, err := sale.New(rdb, loader, keys, sale.Options{
-		Batch:    sale.Batching{MaxSize: cfg.Batch.MaxSize, Calls: cfg.Batch.Calls, MaxInFlight: cfg.Admission.MaxInFlight},
-		Timeout:  cfg.Redis.Timeout,
-		ZeroLoss: cfg.Redis.ZeroLoss,
-		Log:      log.Named("sale"),
-		Changed: func(id string, outbox bool) {
-			if outbox {
-				rl.Wrote(id)
-			}
-		},
-	})
+	so := sale.OptionsFor(cfg)
+	so.Log = log.Named("sale")
+	so.Changed = func(id string, outbox bool) {
+		if outbox {
+			rl.Wrote(id)
+		}
+	}
+	sales, err := sale.New(rdb, loader, keys, so)
 	if err != nil {
 		return err
 	}
