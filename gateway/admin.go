@@ -78,7 +78,8 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 		if err == nil {
 			s.audit(ctx, "sale.upsert", saleID, zap.Bool("created", created), zap.Int64("stock", v.Stock),
 				zap.Int64("per_user_limit", v.Limit), zap.Int64("starts_at_ms", v.StartsAt), zap.Int64("ends_at_ms", v.EndsAt),
-				zap.Int64("payment_window", v.PaymentWindow))
+				zap.Int64("payment_window", v.PaymentWindow), zap.String("waiting_room", sale.RoomName(v.Room.Mode)),
+				zap.Int64("admit_per_second", v.Room.Rate), zap.Int64("pass_seconds", v.Room.Pass))
 		}
 	case routeRestock:
 		n, reason := parseRestock(ctx.PostBody())
@@ -113,6 +114,7 @@ func (s *Server) serveSale(ctx *fasthttp.RequestCtx, m match) {
 		// Other gateways learn of the change from its announcement; this one
 		// needs no round trip for it.
 		s.closed.forget(saleID)
+		s.rooms.Changed(saleID)
 	}
 	code := fasthttp.StatusOK
 	if created {
@@ -193,6 +195,16 @@ func adminView(v *sale.View) []byte {
 	b = strconv.AppendInt(b, v.Pending, 10)
 	b = append(b, `,"buckets":`...)
 	b = strconv.AppendInt(b, max(v.Buckets, 1), 10)
+	b = append(b, `,"waiting_room":"`...)
+	b = append(b, sale.RoomName(v.Room.Mode)...)
+	b = append(b, `","admit_per_second":`...)
+	b = strconv.AppendInt(b, v.Room.Rate, 10)
+	b = append(b, `,"pass_seconds":`...)
+	b = strconv.AppendInt(b, v.Room.Pass, 10)
+	b = append(b, `,"joined":`...)
+	b = strconv.AppendInt(b, v.Room.Joined, 10)
+	b = append(b, `,"admitted":`...)
+	b = strconv.AppendInt(b, v.Admitted(), 10)
 	return append(b, '}')
 }
 
@@ -277,6 +289,8 @@ func parseSaleUpdate(body []byte) (sale.Update, string) {
 		{"per_user_limit", 1, sale.MaxLimit, "", &u.Limit},
 		{"payment_window", 0, sale.MaxPaymentWindow, " of seconds", &u.PaymentWindow},
 		{"buckets", 1, sale.MaxBuckets, "", &u.Buckets},
+		{"admit_per_second", 1, sale.MaxAdmitPerSecond, "", &u.AdmitPerSecond},
+		{"pass_seconds", sale.MinPassSeconds, sale.MaxPassSeconds, " of seconds", &u.PassSeconds},
 	} {
 		r, ok := raw[f.name]
 		if !ok {
@@ -287,6 +301,17 @@ func parseSaleUpdate(body []byte) (sale.Update, string) {
 			return u, f.name + " must be a whole number" + f.unit + " from " + strconv.FormatInt(f.min, 10) + " to " + strconv.FormatInt(f.max, 10)
 		}
 		*f.dst = &n
+	}
+	if r, ok := raw["waiting_room"]; ok {
+		var name string
+		mode, ok := int64(0), json.Unmarshal(r, &name) == nil
+		if ok {
+			mode, ok = sale.ParseRoom(name)
+		}
+		if !ok {
+			return u, `waiting_room must be "off", "fifo" or "random"`
+		}
+		u.WaitingRoom = &mode
 	}
 	var reason string
 	if u.StartsAt, reason = parseTime(raw, "starts_at"); reason != "" {

@@ -108,3 +108,18 @@ func (c *closedSales) Missed(up bool) {
 }
 
 var _ sale.Listener = (*closedSales)(nil)
+
+// listeners hears the announcements for several listeners, in order.
+type listeners []sale.Listener
+
+func (ls listeners) Changed(id string) {
+	for _, l := range ls {
+		l.Changed(id)
+	}
+}
+
+func (ls listeners) Missed(up bool) {
+	for _, l := range ls {
+		l.Missed(up)
+	}
+}

@@ -10,7 +10,7 @@ import (
 // buyStatuses are the statuses a buy can answer, each with its counter.
 var buyStatuses = []string{"accepted", "bad_request", "not_found", "not_started", "ended", "locked",
 	"limit_reached", "sold_out", "insufficient_stock", "idempotency_conflict", "rate_limited", "unavailable", "too_large",
-	"unauthorized", "forbidden"}
+	"unauthorized", "forbidden", "not_admitted"}
 
 // gatewayMetrics are the gateway's own series. Counters on the hot path are
 // plain atomics; figures that the loader keeps are read when /metrics is

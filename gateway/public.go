@@ -21,7 +21,7 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 	}
 	m := publicRoutes.match(ctx.Method(), requestPath(ctx.Request.Header.RequestURI()))
 	var buyer string
-	if m.route == routeBuy || m.route == routeOrderStatus {
+	if m.route == routeBuy || m.route == routeOrderStatus || m.route == routeJoin || m.route == routePoll {
 		var ok bool
 		if buyer, ok = s.authenticate(ctx, m.route); !ok {
 			return
@@ -43,6 +43,10 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		s.serveSaleView(ctx, m.sale)
 	case routeOrderStatus:
 		s.serveOrder(ctx, m.sale, m.order, buyer)
+	case routeJoin:
+		s.serveJoin(ctx, m.sale, buyer) // queue.go
+	case routePoll:
+		s.servePoll(ctx, m.sale, buyer)
 	case routeHealthz:
 		write(ctx, replyOK)
 	case routeReadyz:
@@ -95,6 +99,20 @@ func (s *Server) serveBuy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string) 
 
 // buy answers one buy and returns the status it answered.
 func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now time.Time) string {
+	// A sale with a waiting room sells only to an admitted ticket
+	// (queue.go), checked first; whether it has one is in memory.
+	rm, room, err := s.rooms.get(saleB, now)
+	if err != nil {
+		return s.unavailable(ctx, "room", err)
+	}
+	var ticket sale.Ticket
+	if rm.Mode != sale.RoomOff {
+		var ok bool
+		if _, ticket, ok = s.ticket(ctx, rm, buyer); !ok {
+			room.notAdmitted.Add(1)
+			return write(ctx, replyNotAdmitted)
+		}
+	}
 	var req buyRequest
 	if buyer == "" {
 		var reason string
@@ -106,6 +124,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 		if req, refused = parseBuyFor(ctx.PostBody(), buyer); refused.code != 0 {
 			return write(ctx, refused)
 		}
+	}
+	if rm.Mode != sale.RoomOff && !admitted(rm, ticket, req.user, now) {
+		room.notAdmitted.Add(1)
+		return write(ctx, replyNotAdmitted)
 	}
 	var idem string
 	if k, n := headerValues(&ctx.Request.Header, "Idempotency-Key"); n > 1 {
@@ -181,7 +203,9 @@ func (s *Server) serveSaleView(ctx *fasthttp.RequestCtx, saleB []byte) {
 	b = append(b, `,"per_user_limit":`...)
 	b = strconv.AppendInt(b, v.Limit, 10)
 	b = appendTimes(b, v)
-	b = append(b, '}')
+	b = append(b, `,"waiting_room":"`...)
+	b = append(b, sale.RoomName(v.Room.Mode)...)
+	b = append(b, `"}`...)
 	write(ctx, reply{code: 200, body: b})
 }
 

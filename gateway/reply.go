@@ -39,6 +39,8 @@ var (
 	replyMethodNotAllowed = fixed(405, "method_not_allowed")
 	replyOK               = fixed(200, "ok")
 	replyDraining         = fixed(503, "draining")
+	replyNotAdmitted      = fixed(403, "not_admitted")
+	replyNoRoom           = conflict(sale.ErrNoRoom.Error())
 )
 
 // replyFor maps an error to its response. Errors that are not business
@@ -61,7 +63,9 @@ func replyFor(err error) reply {
 		return replyInsufficient
 	case errors.Is(err, sale.ErrIdempotencyConflict):
 		return replyIdemConflict
-	case errors.Is(err, sale.ErrStockBelowSold), errors.Is(err, sale.ErrBucketsFixed):
+	case errors.Is(err, sale.ErrNoRoom):
+		return replyNoRoom
+	case errors.Is(err, sale.ErrStockBelowSold), errors.Is(err, sale.ErrBucketsFixed), errors.Is(err, sale.ErrRoomFixed):
 		// An admin answer: the error says which numbers refused it.
 		return conflict(err.Error())
 	case errors.Is(err, sale.ErrStockCeiling):

@@ -57,6 +57,8 @@ const (
 	routeUnlock
 	routePay
 	routeCancel
+	routeJoin
+	routePoll
 )
 
 // endpoint is one row of a routing table: a method and a path pattern of
@@ -72,6 +74,8 @@ var publicRoutes = newRouter([]endpoint{
 	{routeBuy, "POST", "/v1/sales/{sale}/orders"},
 	{routeSaleView, "GET", "/v1/sales/{sale}"},
 	{routeOrderStatus, "GET", "/v1/sales/{sale}/orders/{order}"},
+	{routeJoin, "POST", "/v1/sales/{sale}/queue"},
+	{routePoll, "GET", "/v1/sales/{sale}/queue"},
 	{routeHealthz, "GET", "/healthz"},
 	{routeHealthz, "GET", "/livez"},
 	{routeReadyz, "GET", "/readyz"},

@@ -49,6 +49,7 @@ type Server struct {
 	log      *zap.Logger
 	sales    *sale.Store
 	closed   *closedSales
+	rooms    *rooms
 	limits   *rateLimits
 	loader   *scripts.Loader
 	reload   func(ctx context.Context, who string) ([]scripts.Script, error)
@@ -93,6 +94,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
+	s.rooms = newRooms(s.sales.Room, s.timeout, s.log)
 	s.metrics = newGatewayMetrics(s)
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
@@ -182,17 +184,22 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // all within the shutdown timeout. It returns nil after a clean drain, or the
 // first error of a listener.
 func (s *Server) Run(ctx context.Context) error {
-	// The announcements feed the closed-sale memory while the gateway
-	// runs, draining included.
+	// The announcements feed the closed-sale memory and the rooms' while
+	// the gateway runs, draining included; the rooms are read again meanwhile.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watchDone := make(chan struct{})
+	var watching sync.WaitGroup
+	watching.Add(2)
 	go func() {
-		defer close(watchDone)
-		s.sales.Listen(watchCtx, s.closed)
+		defer watching.Done()
+		s.sales.Listen(watchCtx, listeners{s.closed, s.rooms})
+	}()
+	go func() {
+		defer watching.Done()
+		s.rooms.Run(watchCtx)
 	}()
 	defer func() {
 		stopWatch()
-		<-watchDone
+		watching.Wait()
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- s.public.Serve(s.publicLn) }()

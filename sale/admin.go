@@ -128,8 +128,15 @@ func (s *Store) upsertOne(ctx context.Context, sale string, u Update, names stri
 			return nil, false, fmt.Errorf("upsert %s: %w: %w", sale, ErrUnavailable, err)
 		}
 	}
+	key := ""
+	if u.WaitingRoom != nil && *u.WaitingRoom != RoomOff {
+		if key, err = newRoomKey(); err != nil {
+			return nil, false, err
+		}
+	}
 	v, created, err := s.admin(ctx, sale, "upsert", optInt(u.Stock), optInt(u.Limit), optTime(u.StartsAt), optTime(u.EndsAt),
-		optInt(u.PaymentWindow), optInt(u.Buckets), names)
+		optInt(u.PaymentWindow), optInt(u.Buckets), names, optInt(u.WaitingRoom), optInt(u.AdmitPerSecond),
+		optInt(u.PassSeconds), key)
 	switch {
 	case err == nil:
 		return v, created, nil
@@ -263,7 +270,8 @@ func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op st
 	s.changedOn(sale, false)
 	v := &View{ID: sale, Now: a.Now, Stock: a.Stock, Sold: a.Sold, Limit: a.Limit, Locked: a.Locked,
 		StartsAt: a.StartsAt, EndsAt: a.EndsAt, Buyers: a.Buyers, OutboxPending: a.Outbox, PaymentWindow: a.Window,
-		Pending: a.Pending, Paid: a.Paid, Cancelled: a.Cancelled, Expired: a.Expired, Buckets: a.Buckets, Moved: a.Moved}
+		Pending: a.Pending, Paid: a.Paid, Cancelled: a.Cancelled, Expired: a.Expired, Buckets: a.Buckets, Moved: a.Moved,
+		Room: a.Room}
 	if err := outcome(a.Code); err != nil {
 		return v, false, err
 	}

@@ -29,6 +29,11 @@ var (
 	// sale's, fixed at its creation; the error returned wraps it with the
 	// sale's count.
 	ErrBucketsFixed  = errors.New("buckets cannot change")
+	// ErrRoomFixed is an update naming another waiting room once the
+	// sale's window has started.
+	ErrRoomFixed = errors.New("waiting_room cannot change once the sale has started")
+	// ErrNoRoom is a join on a sale without a waiting room.
+	ErrNoRoom = errors.New("the sale has no waiting room")
 	ErrBadWindow     = errors.New("ends_at must be after starts_at")
 	ErrStockRequired = errors.New("stock is required to create a sale")
 	ErrStockCeiling  = errors.New("restock would take stock above " + strconv.Itoa(MaxStock))
@@ -118,6 +123,10 @@ func outcome(code scripts.Code) error {
 		return errBucketed
 	case scripts.CodeBucketsFixed:
 		return ErrBucketsFixed
+	case scripts.CodeNoRoom:
+		return ErrNoRoom
+	case scripts.CodeRoomFixed:
+		return ErrRoomFixed
 	case scripts.CodeStockBelowMoved:
 		return errStockBelowMoved
 	default:

@@ -1,5 +1,7 @@
 package sale
 
+import "github.com/flashgate/flashgate/scripts"
+
 // View is a sale as Redis holds it, read atomically, with Redis's clock.
 type View struct {
 	ID            string
@@ -18,6 +20,17 @@ type View struct {
 	// Buckets is the sale's bucket count (1 for the one slot); Moved, of a
 	// sale of several, the units its home has handed to them.
 	Buckets, Moved int64
+	// Room is the sale's waiting room (room.go).
+	Room scripts.Room
+}
+
+// Admitted is the number of buyers the waiting room has let in at Now.
+func (v *View) Admitted() int64 {
+	r, err := newRoom(v.ID, v.StartsAt, v.EndsAt, v.Room, false)
+	if err != nil {
+		return 0
+	}
+	return r.Admitted(v.Now)
 }
 
 // Remaining is stock not yet sold.
@@ -51,6 +64,10 @@ type Update struct {
 	EndsAt        *int64
 	PaymentWindow *int64
 	Buckets       *int64 // fixed at creation: another count on an update is ErrBucketsFixed
+	// The waiting room: its mode (RoomOff, RoomFIFO, RoomRandom; fixed once
+	// the window has started, ErrRoomFixed), admissions per second and
+	// pass in seconds.
+	WaitingRoom, AdmitPerSecond, PassSeconds *int64
 }
 
 // ClearTime, as a time of an Update, clears it (an open start or end).

@@ -74,6 +74,11 @@ const (
 	// buckets' unsold units back and tries again: only what they sold
 	// refuses a stock.
 	CodeStockBelowMoved Code = 22
+	// CodeNoRoom: a join on a sale without a waiting room.
+	CodeNoRoom Code = 23
+	// CodeRoomFixed: an update names another waiting room after the sale's
+	// window has started; nothing was changed.
+	CodeRoomFixed Code = 24
 )
 
 // codeNames are the codes' names in the Lua scripts.
@@ -101,6 +106,8 @@ var codeNames = [...]string{
 	CodeBucketed:            "BUCKETED",
 	CodeBucketsFixed:        "BUCKETS_FIXED",
 	CodeStockBelowMoved:     "STOCK_BELOW_MOVED",
+	CodeNoRoom:              "NO_ROOM",
+	CodeRoomFixed:           "ROOM_FIXED",
 }
 
 // Known reports whether c is one of the codes above; a reply carrying any

@@ -38,6 +38,10 @@ func (k Keys) Orders(sale string) string { return k.Prefix + ":{" + sale + "}:or
 // order id, score its pay_by in Unix ms. The sweep expires what is due.
 func (k Keys) Due(sale string) string { return k.Prefix + ":{" + sale + "}:due" }
 
+// Queue is the hash of a sale's waiting room: user id → join number
+// (lua/queue.lua).
+func (k Keys) Queue(sale string) string { return k.Prefix + ":{" + sale + "}:queue" }
+
 // Idem is the key that remembers the first answer to an Idempotency-Key.
 func (k Keys) Idem(sale, key string) string { return k.Prefix + ":{" + sale + "}:idem:" + key }
 

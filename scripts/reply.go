@@ -135,29 +135,97 @@ type AdminReply struct {
 	// Buckets is the bucket count (1 for one slot); Moved, of the home of
 	// a sale of several, the units it has handed to them.
 	Buckets, Moved int64
+	// Room is the sale's waiting room as lua/queue.lua keeps it.
+	Room Room
+}
+
+// Room is a sale's waiting room as the admin and queue scripts read it
+// (lua/queue.lua says what each field is).
+type Room struct {
+	Mode     int64 // 0 off, 1 fifo, 2 random
+	Rate     int64 // admissions per second
+	Pass     int64 // seconds
+	Joined   int64
+	Prequeue int64 // the random room's pre-queue once sealed, else -1
+	// The admission clock: its version, and its anchor (Unix ms, head).
+	Version, At, Head int64
+	Key              string // the ticket key, hex; "" for a sale that never had a room
 }
 
 // adminWidth is the length of the admin script's reply: {code, created,
 // now, stock, sold, limit, locked, starts, ends, buyers, outbox, window,
-// pending, paid, cancelled, expired, buckets, moved}.
-const adminWidth = 18
+// pending, paid, cancelled, expired, buckets, moved, room, rate, pass,
+// joined, prequeue, version, at, head}, integers, and the key, a string.
+const adminWidth = 27
 
-// decodeAdmin reads the admin script's reply: adminWidth integers, the
-// first the outcome code. A reply of any other shape or length is an error.
+// decodeAdmin reads the admin script's reply: adminWidth-1 integers, the
+// first the outcome code, and a string. A reply of any other shape or
+// length is an error.
 func decodeAdmin(v any) (AdminReply, error) {
-	var n [adminWidth]int64
+	var n [adminWidth - 1]int64
 	a, ok := v.([]any)
 	if !ok || len(a) != adminWidth {
-		return AdminReply{}, fmt.Errorf("reply is %T of %d elements, want %d integers", v, len(a), adminWidth)
+		return AdminReply{}, fmt.Errorf("reply is %T of %d elements, want %d", v, len(a), adminWidth)
 	}
-	for i := range a {
+	for i := range n {
 		if n[i], ok = a[i].(int64); !ok {
 			return AdminReply{}, fmt.Errorf("reply element %d is %#v, want an integer", i, a[i])
 		}
 	}
+	key, ok := a[adminWidth-1].(string)
+	if !ok {
+		return AdminReply{}, fmt.Errorf("reply element %d is %#v, want a string", adminWidth-1, a[adminWidth-1])
+	}
 	return AdminReply{Code: Code(n[0]), Created: n[1] == 1, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5],
 		Locked: n[6] == 1, StartsAt: n[7], EndsAt: n[8], Buyers: n[9], Outbox: n[10], Window: n[11],
-		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17]}, nil
+		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17],
+		Room: Room{Mode: n[18], Rate: n[19], Pass: n[20], Joined: n[21], Prequeue: n[22],
+			Version: n[23], At: n[24], Head: n[25], Key: key}}, nil
+}
+
+// JoinReply is the queue script's reply: the outcome, the buyer's join
+// number (0 with a refusal) and the room and sale as the script saw them.
+type JoinReply struct {
+	Code             Code
+	Join             int64
+	Room             Room
+	StartsAt, EndsAt int64
+	Now              int64
+}
+
+// joinWidth is the length of the queue script's reply: {code, j, joined,
+// prequeue, version, at, head, rate, pass, room, starts, ends, now},
+// integers, and the key, a string.
+const joinWidth = 14
+
+func decodeJoin(v any) (JoinReply, error) {
+	var n [joinWidth - 1]int64
+	a, ok := v.([]any)
+	if !ok || len(a) != joinWidth {
+		return JoinReply{}, fmt.Errorf("reply is %T of %d elements, want %d", v, len(a), joinWidth)
+	}
+	for i := range n {
+		if n[i], ok = a[i].(int64); !ok {
+			return JoinReply{}, fmt.Errorf("reply element %d is %#v, want an integer", i, a[i])
+		}
+	}
+	key, ok := a[joinWidth-1].(string)
+	if !ok {
+		return JoinReply{}, fmt.Errorf("reply element %d is %#v, want a string", joinWidth-1, a[joinWidth-1])
+	}
+	if Code(n[0]) == CodeOK && (n[1] < 1 || key == "") {
+		return JoinReply{}, fmt.Errorf("reply accepts join number %d with key %q", n[1], key)
+	}
+	return JoinReply{Code: Code(n[0]), Join: n[1], StartsAt: n[10], EndsAt: n[11], Now: n[12],
+		Room: Room{Joined: n[2], Prequeue: n[3], Version: n[4], At: n[5], Head: n[6], Rate: n[7], Pass: n[8],
+			Mode: n[9], Key: key}}, nil
+}
+
+// Join runs the queue script (keys and args as lua/queue.lua says) and
+// returns its reply. It blocks as Run does, returns Run's errors, or one
+// wrapping ErrReply.
+func (l *Loader) Join(ctx context.Context, keys []string, args ...any) (JoinReply, error) {
+	return call(ctx, l, Queue, decodeJoin, keys, args)
 }
 
 // Admin runs an operation of the admin script other than ping (keys and

@@ -90,15 +90,17 @@ func TestDecodeReserveAllocs(t *testing.T) {
 	_ = sum
 }
 
-// The admin script's reply: eighteen integers or an error.
+// The admin script's reply: twenty-six integers and the key, or an error.
 func TestDecodeAdmin(t *testing.T) {
 	good := func() []any {
 		return []any{int64(0), int64(1), int64(1700000000000), int64(10), int64(3), int64(2), int64(1),
-			int64(5), int64(6), int64(2), int64(1), int64(60), int64(1), int64(7), int64(8), int64(9), int64(4), int64(11)}
+			int64(5), int64(6), int64(2), int64(1), int64(60), int64(1), int64(7), int64(8), int64(9), int64(4), int64(11),
+			int64(1), int64(50), int64(30), int64(12), int64(-1), int64(3), int64(1700000000500), int64(4), "00ff"}
 	}
 	want := AdminReply{Code: CodeOK, Created: true, Now: 1700000000000, Stock: 10, Sold: 3, Limit: 2, Locked: true,
 		StartsAt: 5, EndsAt: 6, Buyers: 2, Outbox: 1, Window: 60, Pending: 1, Paid: 7, Cancelled: 8, Expired: 9,
-		Buckets: 4, Moved: 11}
+		Buckets: 4, Moved: 11, Room: Room{Mode: 1, Rate: 50, Pass: 30, Joined: 12, Prequeue: -1, Version: 3,
+			At: 1700000000500, Head: 4, Key: "00ff"}}
 	if got, err := decodeAdmin(good()); err != nil || got != want {
 		t.Fatalf("decodeAdmin(good) = %+v, %v; want %+v", got, err, want)
 	}
@@ -116,6 +118,8 @@ func TestDecodeAdmin(t *testing.T) {
 		{"short", func() any { return good()[:15] }},
 		{"eleven, as before payment windows", func() any { return good()[:11] }},
 		{"sixteen, as before buckets", func() any { return good()[:16] }},
+		{"eighteen, as before waiting rooms", func() any { return good()[:18] }},
+		{"key as an integer", func() any { a := good(); a[26] = int64(0); return a }},
 		{"long", func() any { return append(good(), int64(0)) }},
 		{"not an array", func() any { return "pong" }},
 		{"nil", func() any { return nil }},
@@ -126,6 +130,35 @@ func TestDecodeAdmin(t *testing.T) {
 				t.Errorf("decodeAdmin = %+v, %v; want an error and nothing read", got, err)
 			}
 		})
+	}
+}
+
+// The queue script's reply: thirteen integers and the key, or an error; an
+// accepted join always has a join number and a key.
+func TestDecodeJoin(t *testing.T) {
+	good := func() []any {
+		return []any{int64(0), int64(7), int64(9), int64(-1), int64(2), int64(1700000000000), int64(0), int64(100),
+			int64(120), int64(2), int64(1700000000000), int64(0), int64(1699999999000), "abcd"}
+	}
+	want := JoinReply{Code: CodeOK, Join: 7, StartsAt: 1700000000000, Now: 1699999999000,
+		Room: Room{Mode: 2, Rate: 100, Pass: 120, Joined: 9, Prequeue: -1, Version: 2, At: 1700000000000, Key: "abcd"}}
+	if got, err := decodeJoin(good()); err != nil || got != want {
+		t.Fatalf("decodeJoin(good) = %+v, %v; want %+v", got, err, want)
+	}
+	refused := func() []any { a := good(); a[0], a[1] = int64(CodeNoRoom), int64(0); a[13] = ""; return a }
+	if got, err := decodeJoin(refused()); err != nil || got.Code != CodeNoRoom || got.Join != 0 {
+		t.Fatalf("decodeJoin(refused) = %+v, %v", got, err)
+	}
+	for name, reply := range map[string]func() any{
+		"accepted without a place": func() any { a := good(); a[1] = int64(0); return a },
+		"accepted without a key":   func() any { a := good(); a[13] = ""; return a },
+		"short":                    func() any { return good()[:13] },
+		"key as an integer":        func() any { a := good(); a[13] = int64(1); return a },
+		"not an array":             func() any { return "pong" },
+	} {
+		if got, err := decodeJoin(reply()); err == nil || got != (JoinReply{}) {
+			t.Errorf("%s: decodeJoin = %+v, %v; want an error and nothing read", name, got, err)
+		}
 	}
 }
 

@@ -61,9 +61,10 @@ const (
 	Hold    = "hold"
 	Repair  = "repair"
 	Move    = "move"
+	Queue   = "queue"
 )
 
-var names = []string{Admin, Hold, Mark, Move, Order, Repair, Reserve}
+var names = []string{Admin, Hold, Mark, Move, Order, Queue, Repair, Reserve}
 
 // Names returns the names of the scripts every set must have, sorted: a
 // folder given as scripts.dir holds one NAME.lua of each.

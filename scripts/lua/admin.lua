@@ -8,23 +8,34 @@
 -- announced (gateways forget what they cached of the sale), ARGV[3] the sale
 -- id, then the operation's own arguments:
 --   get                          read the sale
---   upsert STOCK LIMIT STARTS ENDS WINDOW BUCKETS NAMES   create or update;
+--   upsert STOCK LIMIT STARTS ENDS WINDOW BUCKETS NAMES ROOM RATE PASS KEY
+--                                create or update;
 --                                '' keeps a field, 'null' clears a time,
 --                                times are Unix ms, WINDOW the payment
 --                                window in seconds (0 on create unless
 --                                given), BUCKETS the bucket count (1 on
 --                                create unless given, fixed after) and
 --                                NAMES its buckets' ids, comma-separated
---                                (gateway/buckets.go)
+--                                (sale/buckets.go); ROOM the waiting room
+--                                (0 off, 1 fifo, 2 random; fixed once the
+--                                window has started), RATE its admissions
+--                                per second, PASS its pass in seconds, KEY
+--                                the sale's ticket key (hex), kept from the
+--                                first call that gives the sale a room
 --   restock N MAX                add N units to stock (once per KEYS[4]),
 --                                unless the stock would pass MAX
 --   lock | unlock
 --   ping                         answers 'pong' (readiness check of the script path)
 --
 -- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers,
--- outbox, window, pending, paid, cancelled, expired, buckets, moved}; outbox
--- is meta outq, the orders and changes of state in the outbox (the reserve
--- script), or the outbox's length for a sale that has no count yet.
+-- outbox, window, pending, paid, cancelled, expired, buckets, moved, room,
+-- rate, pass, joined, prequeue, clock version, clock at, clock head,
+-- key}; outbox is meta outq, the orders and changes of state in the outbox
+-- (the reserve script), or the outbox's length for a sale that has no count
+-- yet. The waiting room's fields are queue.lua's: prequeue is -1 until a
+-- random room's pre-queue is sealed, which a get at or after the start
+-- does; the clock is the admission clock in effect (queue.lua says how it
+-- is read), key the ticket key ('' for a sale that never had a room).
 --
 -- A sale of several buckets keeps here, in its home slot, the whole stock
 -- and its settings, and moved: the units handed to its buckets and not
@@ -45,6 +56,10 @@ local STOCK_REQUIRED = 12      -- stock missing on create
 local STOCK_CEILING = 13       -- a restock would take stock above the ceiling
 local BUCKETS_FIXED = 21       -- an update names another bucket count
 local STOCK_BELOW_MOVED = 22   -- a home's stock below what its buckets were handed
+local ROOM_FIXED = 24          -- the waiting room changed after the window started
+
+-- The waiting room's defaults (API.md).
+local RATE, PASS = 100, 120
 
 local op = ARGV[1]
 if op == 'ping' then
@@ -56,30 +71,55 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 local created = 0
 
+-- The admission clock in effect: its anchor (at, head) is the one last
+-- set, else the window's start (the sale's creation for an open start) with
+-- no one admitted (queue.lua).
+local function clock(starts, born, qt, qh)
+  if qt then return tonumber(qt), tonumber(qh) or 0 end
+  if starts > 0 then return starts, 0 end
+  return born, 0
+end
+
+local function head(at, h, rate)
+  if now <= at then return h end
+  return h + math.floor((now - at) * rate / 1000)
+end
+
 local function view(code)
   local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'locked', 'starts', 'ends',
-    'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved', 'outq')
+    'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved', 'outq',
+    'wr', 'aps', 'pass', 'joined', 'preq', 'qv', 'qt', 'qh', 'born', 'wkey')
+  local at, h = clock(tonumber(m[5]) or 0, tonumber(m[23]) or 0, m[21], m[22])
   return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
     tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
     redis.call('HLEN', KEYS[2]), tonumber(m[14]) or redis.call('XLEN', KEYS[3]),
     tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0,
-    tonumber(m[11]) or 0, tonumber(m[12]) or 1, tonumber(m[13]) or 0}
+    tonumber(m[11]) or 0, tonumber(m[12]) or 1, tonumber(m[13]) or 0,
+    tonumber(m[15]) or 0, tonumber(m[16]) or RATE, tonumber(m[17]) or PASS, tonumber(m[18]) or 0,
+    tonumber(m[19]) or -1, tonumber(m[20]) or 0, at, h, m[24] or ''}
 end
 
 if op == 'upsert' then
   local stock, limit, starts, ends, window = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] or ''
   local buckets, names = ARGV[9] or '', ARGV[10] or ''
+  local room, rate, pass, key = ARGV[11] or '', ARGV[12] or '', ARGV[13] or '', ARGV[14] or ''
   if not exists then
     if stock == '' then return view(STOCK_REQUIRED) end
     if limit == '' then limit = '1' end
     if window == '' then window = '0' end
   end
-  local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends', 'buckets', 'moved')
+  local m = redis.call('HMGET', KEYS[1], 'sold', 'starts', 'ends', 'buckets', 'moved', 'wr', 'aps', 'qt', 'qh', 'born')
   local sold = tonumber(m[1]) or 0
   local s = tonumber(m[2]) or 0
   local e = tonumber(m[3]) or 0
   if exists and buckets ~= '' and tonumber(buckets) ~= (tonumber(m[4]) or 1) then
     return view(BUCKETS_FIXED)
+  end
+  -- A room is fixed once the window has started (an open start: at the
+  -- sale's creation): the buyers let in so far were let in by it.
+  local wr = tonumber(m[6]) or 0
+  if exists and room ~= '' and tonumber(room) ~= wr and (s == 0 or now >= s) then
+    return view(ROOM_FIXED)
   end
   local below = STOCK_BELOW_SOLD
   -- The units the buckets were handed are at least what they sold.
@@ -92,7 +132,7 @@ if op == 'upsert' then
     -- run: the Redis process this sale was created under, so that the hold
     -- script holds it only after a restart or failover (a new run id).
     created = 1
-    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0,
+    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0, 'born', now,
       'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
     if buckets ~= '' and tonumber(buckets) > 1 then
       redis.call('HSET', KEYS[1], 'buckets', buckets, 'names', names, 'moved', 0)
@@ -103,7 +143,24 @@ if op == 'upsert' then
   -- A new window applies to the orders accepted after it: each order keeps
   -- the pay_by it was given.
   if window ~= '' then redis.call('HSET', KEYS[1], 'window', window) end
+  -- A new rate applies from now: the clock is anchored where the old rate
+  -- had it, so that no one admitted is taken back (a sale that has not
+  -- started keeps its anchor, the start).
+  if rate ~= '' and wr > 0 and tonumber(rate) ~= (tonumber(m[7]) or RATE) then
+    local at, h = clock(tonumber(m[2]) or 0, tonumber(m[10]) or now, m[8], m[9])
+    if now > at then
+      redis.call('HSET', KEYS[1], 'qt', now, 'qh', head(at, h, tonumber(m[7]) or RATE))
+    end
+  end
   redis.call('HSET', KEYS[1], 'starts', s, 'ends', e)
+  if room ~= '' then
+    redis.call('HSET', KEYS[1], 'wr', room)
+    if room ~= '0' and key ~= '' then redis.call('HSETNX', KEYS[1], 'wkey', key) end
+  end
+  if rate ~= '' then redis.call('HSET', KEYS[1], 'aps', rate) end
+  if pass ~= '' then redis.call('HSET', KEYS[1], 'pass', pass) end
+  -- Every change moves the clock's version: the gateways take the newest.
+  redis.call('HINCRBY', KEYS[1], 'qv', 1)
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return view(OK)
 end
@@ -126,7 +183,15 @@ elseif op == 'lock' then
   redis.call('HSET', KEYS[1], 'locked', 1)
 elseif op == 'unlock' then
   redis.call('HSET', KEYS[1], 'locked', 0)
-elseif op ~= 'get' then
+elseif op == 'get' then
+  -- A random room's pre-queue is sealed by the first look at or after the
+  -- start (here or a join, queue.lua): the buyers who joined before it.
+  local m = redis.call('HMGET', KEYS[1], 'wr', 'preq', 'starts', 'born', 'joined')
+  local starts = tonumber(m[3]) or 0
+  if m[1] == '2' and not m[2] and now >= (starts > 0 and starts or (tonumber(m[4]) or 0)) then
+    redis.call('HSET', KEYS[1], 'preq', tonumber(m[5]) or 0)
+  end
+else
   return redis.error_reply('ERR admin: unknown operation ' .. tostring(op))
 end
 if op ~= 'get' then

@@ -1,0 +1,88 @@
+-- queue: a buyer joins a sale's waiting room, in one atomic call on the
+-- sale's slot (its home, for a sale of several buckets). A buyer has one
+-- place per sale: joining again finds it.
+--
+-- KEYS[1] meta hash (wr, aps, pass, joined, preq, qv, qt, qh, born, wkey,
+--                    and the sale's stock, sold, starts, ends, buckets)
+-- KEYS[2] queue hash (user id -> join number)
+-- ARGV[1] user id
+--
+-- A join number j counts the sale's joins from 1 (meta joined). In a fifo
+-- room j is the buyer's position. In a random room the buyers who joined
+-- before the start, the pre-queue, are ordered at the start by a keyed
+-- permutation of their join numbers (sale/shuffle.go), which needs their
+-- count: meta preq, sealed by the first join (or admin get) at or after the
+-- start. A later joiner's position is its join number, behind them.
+--
+-- The admission clock: position p is admitted once
+--   head(now) = qh + floor((now - qt) * aps / 1000) >= p,
+-- anchored at (qt, qh), or at (the start, 0) until an anchor is set: the
+-- admin script sets one when the rate changes (the head so far is kept),
+-- and a join sets one when it finds the head past every place given, the
+-- room empty: the time no one waited is not credit that would let a crowd
+-- in at once, so the newcomer is next, 1/aps from now. meta qv, the
+-- clock's version, moves with every anchor; a gateway takes the newest
+-- clock it holds (its memory's, or the one a ticket carries).
+--
+-- Returns {code, j, joined, preq, qv, qt, qh, aps, pass, wr, starts, ends,
+-- now, key}; preq is -1 until sealed. A refusal has j 0.
+--
+-- Outcome codes: scripts/codes.go holds the same names and values (a test
+-- reads this file to keep them so); return no code but by its name.
+local OK = 0
+local NOT_FOUND = 1
+local ENDED = 3
+local SOLD_OUT = 6
+local NO_ROOM = 23             -- the sale has no waiting room
+
+local RATE, PASS = 100, 120
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'starts', 'ends', 'buckets',
+  'wr', 'aps', 'pass', 'joined', 'preq', 'qv', 'qt', 'qh', 'born', 'wkey')
+local wr = tonumber(m[6]) or 0
+local starts, ends = tonumber(m[3]) or 0, tonumber(m[4]) or 0
+local rate, pass = tonumber(m[7]) or RATE, tonumber(m[8]) or PASS
+local joined = tonumber(m[9]) or 0
+local preq = tonumber(m[10]) or -1
+local qv = tonumber(m[11]) or 0
+local start = starts > 0 and starts or (tonumber(m[14]) or 0)
+local at, h = start, 0
+if m[12] then at, h = tonumber(m[12]), tonumber(m[13]) or 0 end
+
+local function reply(code, j)
+  return {code, j, joined, preq, qv, at, h, rate, pass, wr, starts, ends, now, m[15] or ''}
+end
+
+if not m[1] then return reply(NOT_FOUND, 0) end
+if wr == 0 then return reply(NO_ROOM, 0) end
+if ends > 0 and now >= ends then return reply(ENDED, 0) end
+-- A sale of several buckets keeps its units in them: what is left is told
+-- by the buys, not here.
+if (tonumber(m[5]) or 1) <= 1 and (tonumber(m[1]) or 0) - (tonumber(m[2]) or 0) <= 0 then
+  return reply(SOLD_OUT, 0)
+end
+
+local started = now >= start
+if wr == 2 and preq < 0 and started then
+  preq = joined
+  redis.call('HSET', KEYS[1], 'preq', preq)
+end
+
+local j = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
+if j then return reply(OK, j) end
+
+j = redis.call('HINCRBY', KEYS[1], 'joined', 1)
+joined = j
+redis.call('HSET', KEYS[2], ARGV[1], j)
+if started then
+  local head = h
+  if now > at then head = h + math.floor((now - at) * rate / 1000) end
+  if head >= j then
+    at, h = now, j - 1
+    qv = redis.call('HINCRBY', KEYS[1], 'qv', 1)
+    redis.call('HSET', KEYS[1], 'qt', at, 'qh', h)
+  end
+end
+return reply(OK, j)
