@@ -28,12 +28,12 @@ var (
 	// ErrBucketsFixed is an update naming a bucket count other than the
 	// sale's, fixed at its creation; the error returned wraps it with the
 	// sale's count.
-	ErrBucketsFixed  = errors.New("buckets cannot change")
+	ErrBucketsFixed = errors.New("buckets cannot change")
 	// ErrRoomFixed is an update naming another waiting room once the
 	// sale's window has started.
 	ErrRoomFixed = errors.New("waiting_room cannot change once the sale has started")
 	// ErrNoRoom is a join on a sale without a waiting room.
-	ErrNoRoom = errors.New("the sale has no waiting room")
+	ErrNoRoom        = errors.New("the sale has no waiting room")
 	ErrBadWindow     = errors.New("ends_at must be after starts_at")
 	ErrStockRequired = errors.New("stock is required to create a sale")
 	ErrStockCeiling  = errors.New("restock would take stock above " + strconv.Itoa(MaxStock))

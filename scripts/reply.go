@@ -149,7 +149,7 @@ type Room struct {
 	Prequeue int64 // the random room's pre-queue once sealed, else -1
 	// The admission clock: its version, and its anchor (Unix ms, head).
 	Version, At, Head int64
-	Key              string // the ticket key, hex; "" for a sale that never had a room
+	Key               string // the ticket key, hex; "" for a sale that never had a room
 }
 
 // adminWidth is the length of the admin script's reply: {code, created,
