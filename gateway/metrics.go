@@ -45,6 +45,7 @@ func newGatewayMetrics(s *Server) *gatewayMetrics {
 			draining = 1
 		}
 		metrics.WriteGaugeFloat64(w, "flashgate_draining", draining)
+		s.rooms.writeMetrics(w)
 	})
 	return m
 }

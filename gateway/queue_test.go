@@ -118,6 +118,13 @@ func TestRoomFIFO(t *testing.T) {
 		kb := admitted(b)
 		return ka >= 3 && kb >= 3
 	})
+	m := b.scrape()
+	if m[`flashgate_room_joined{sale="wr"}`] != n || m[`flashgate_room_admitted{sale="wr"}`] < 3 ||
+		m[`flashgate_room_waiting{sale="wr"}`] != n-m[`flashgate_room_admitted{sale="wr"}`] ||
+		m[`flashgate_room_polls_total{sale="wr"}`] < n || m[`flashgate_room_not_admitted_total{sale="wr"}`] < 5 ||
+		m[`flashgate_buys_total{status="not_admitted"}`] < 6 {
+		t.Errorf("the room's series at the second gateway: %v", m)
+	}
 	// The units go to the first places: u0 and u1 buy the two; u2 is
 	// admitted to a sale that is sold out.
 	for i := range 2 {

@@ -46,10 +46,10 @@ type rooms struct {
 
 // roomEntry is one sale's memory. room is replaced whole, never changed.
 type roomEntry struct {
-	room    atomic.Pointer[sale.Room]
-	loaded  atomic.Int64 // Unix ms of the read that room came from; 0: read again now
-	used    atomic.Int64 // Unix ms of the last request that asked
-	loading sync.Mutex   // one read at a time
+	room     atomic.Pointer[sale.Room]
+	loaded   atomic.Int64             // Unix ms of the read that room came from; 0: read again now
+	used     atomic.Int64             // Unix ms of the last request that asked
+	inflight atomic.Pointer[roomLoad] // the read in flight, if any
 	// Counters of its series (roommetrics.go).
 	polls, notAdmitted atomic.Uint64
 }
@@ -98,17 +98,35 @@ func (r *rooms) get(id []byte, now time.Time) (*sale.Room, *roomEntry, error) {
 		r.mu.Unlock()
 	}
 	e.used.Store(ms)
-	e.loading.Lock()
-	defer e.loading.Unlock()
+	// One read at a time per sale: the requests that come meanwhile wait
+	// for it and share its answer, a failure included, so that a Redis
+	// that does not answer costs a crowd one timeout, not one each.
+	l := &roomLoad{done: make(chan struct{})}
+	for {
+		if e.inflight.CompareAndSwap(nil, l) {
+			break
+		}
+		if other := e.inflight.Load(); other != nil {
+			<-other.done
+			return other.rm, e, other.err
+		}
+	}
 	if rm := e.room.Load(); rm != nil && (rm.Mode != sale.RoomOff || ms-e.loaded.Load() < noRoomTTL.Milliseconds()) {
-		return rm, e, nil // read by the request this one waited for
+		l.rm = rm // read by a request that finished as this one began
+	} else if l.rm, l.err = r.read(string(id)); l.err == nil {
+		r.store(e, l.rm, r.now())
 	}
-	rm, err := r.read(string(id))
-	if err != nil {
-		return nil, nil, err
-	}
-	r.store(e, rm, r.now())
-	return rm, e, nil
+	close(l.done)
+	e.inflight.Store(nil)
+	return l.rm, e, l.err
+}
+
+// roomLoad is a read of a room in flight, and its answer once done is
+// closed.
+type roomLoad struct {
+	done chan struct{}
+	rm   *sale.Room
+	err  error
 }
 
 // read reads a sale's room from Redis, within the timeout.

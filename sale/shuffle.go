@@ -40,11 +40,13 @@ func (k *TicketKey) shuffle1(n, j int64) int64 {
 	}
 	half := uint(w / 2)
 	mask := uint64(1)<<half - 1
+	buf := k.blocks.Get().(*[2][16]byte)
+	defer k.blocks.Put(buf)
 	x := uint64(j - 1)
 	for {
 		l, r := x>>half, x&mask
 		for round := range 6 {
-			l, r = r, l^(k.round(round, r)&mask)
+			l, r = r, l^(k.round(buf, round, r)&mask)
 		}
 		x = l<<half | r
 		if x < uint64(n) {
@@ -53,9 +55,12 @@ func (k *TicketKey) shuffle1(n, j int64) int64 {
 	}
 }
 
-// round is the Feistel round function: AES of the round and the half.
-func (k *TicketKey) round(round int, r uint64) uint64 {
-	var in, out [16]byte
+// round is the Feistel round function: AES of the round and the half,
+// in buf's blocks (a cipher.Block's arguments escape: a pooled pair
+// keeps a poll from allocating).
+func (k *TicketKey) round(buf *[2][16]byte, round int, r uint64) uint64 {
+	in, out := &buf[0], &buf[1]
+	*in = [16]byte{}
 	in[0] = byte(round)
 	binary.BigEndian.PutUint64(in[8:], r)
 	k.shuffle.Encrypt(out[:], in[:])

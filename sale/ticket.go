@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"hash"
 	"sync"
 )
 
@@ -29,8 +28,12 @@ type Ticket struct {
 // keys its pre-queue's permutation (shuffle.go). It is safe for
 // concurrent use.
 type TicketKey struct {
-	macs    sync.Pool // of hash.Hash: HMAC-SHA256 under the ticket key
-	shuffle cipher.Block
+	// ipad and opad are the MAC key (HMAC-SHA256, RFC 2104) xored with
+	// HMAC's pads, ready for sha256.Sum256, which, unlike a hash.Hash,
+	// lets a poll's check run without allocating.
+	ipad, opad [sha256.BlockSize]byte
+	shuffle    cipher.Block
+	blocks     sync.Pool // of *[2][aes.BlockSize]byte: the shuffle's buffers
 }
 
 // NewTicketKey reads a sale's key, 32 bytes in hex (meta wkey). The ticket
@@ -51,7 +54,14 @@ func NewTicketKey(hexKey string) (*TicketKey, error) {
 		return nil, err
 	}
 	k := &TicketKey{shuffle: block}
-	k.macs.New = func() any { return hmac.New(sha256.New, macKey) }
+	k.blocks.New = func() any { return new([2][aes.BlockSize]byte) }
+	for i := range k.ipad {
+		k.ipad[i], k.opad[i] = 0x36, 0x5c
+	}
+	for i, c := range macKey { // 32 bytes, under the block size: used as is
+		k.ipad[i] ^= c
+		k.opad[i] ^= c
+	}
 	return k, nil
 }
 
@@ -92,17 +102,18 @@ func (k *TicketKey) Sign(b []byte, sale string, t Ticket) []byte {
 	return b
 }
 
-// mac appends to b the MAC of payload for sale.
+// mac appends to b the MAC of payload for sale: HMAC-SHA256 (RFC 2104)
+// of sale, a zero byte and payload, cut to macSize. The messages are put
+// together on the stack.
 func (k *TicketKey) mac(b []byte, sale string, payload []byte) []byte {
-	h := k.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write([]byte(sale))
-	h.Write([]byte{0})
-	h.Write(payload)
-	var sum [sha256.Size]byte
-	b = append(b, h.Sum(sum[:0])[:macSize]...)
-	k.macs.Put(h)
-	return b
+	var inner [sha256.BlockSize + 2*MaxTicket]byte
+	m := append(append(append(append(inner[:0], k.ipad[:]...), sale...), 0), payload...)
+	sum := sha256.Sum256(m)
+	var outer [sha256.BlockSize + sha256.Size]byte
+	copy(outer[:], k.opad[:])
+	copy(outer[sha256.BlockSize:], sum[:])
+	sum = sha256.Sum256(outer[:])
+	return append(b, sum[:macSize]...)
 }
 
 // Read checks and reads a ticket of sale. It returns ErrBadTicket for one

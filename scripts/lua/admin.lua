@@ -160,7 +160,10 @@ if op == 'upsert' then
   if rate ~= '' then redis.call('HSET', KEYS[1], 'aps', rate) end
   if pass ~= '' then redis.call('HSET', KEYS[1], 'pass', pass) end
   -- Every change moves the clock's version: the gateways take the newest.
-  redis.call('HINCRBY', KEYS[1], 'qv', 1)
+  -- It is the time of the change (or one past the last, whichever is
+  -- later), so that a Redis that lost its last writes still moves it past
+  -- any clock a gateway may hold.
+  redis.call('HSET', KEYS[1], 'qv', math.max((tonumber(redis.call('HGET', KEYS[1], 'qv')) or 0) + 1, now))
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return view(OK)
 end

@@ -21,8 +21,10 @@
 -- and a join sets one when it finds the head past every place given, the
 -- room empty: the time no one waited is not credit that would let a crowd
 -- in at once, so the newcomer is next, 1/aps from now. meta qv, the
--- clock's version, moves with every anchor; a gateway takes the newest
--- clock it holds (its memory's, or the one a ticket carries).
+-- clock's version, moves with every anchor, to the time of the change or
+-- one past the last, so that it moves on past what a gateway holds also
+-- after Redis lost its last writes; a gateway takes the newest clock it
+-- holds (its memory's, or the one a ticket carries).
 --
 -- Returns {code, j, joined, preq, qv, qt, qh, aps, pass, wr, starts, ends,
 -- now, key}; preq is -1 until sealed. A refusal has j 0.
@@ -81,8 +83,8 @@ if started then
   if now > at then head = h + math.floor((now - at) * rate / 1000) end
   if head >= j then
     at, h = now, j - 1
-    qv = redis.call('HINCRBY', KEYS[1], 'qv', 1)
-    redis.call('HSET', KEYS[1], 'qt', at, 'qh', h)
+    qv = math.max(qv + 1, now)
+    redis.call('HSET', KEYS[1], 'qt', at, 'qh', h, 'qv', qv)
   end
 end
 return reply(OK, j)
