@@ -42,8 +42,10 @@ func startsIn(d time.Duration) string {
 // admissions are a prefix of the places, and the units go to the first
 // places.
 func TestRoomFIFO(t *testing.T) {
+	// A buyer joins at a, polls at b and buys at c.
 	a := startGateway(t)
 	b := startGateway(t, shareRedis(a))
+	c := startGateway(t, shareRedis(a))
 	const n = 6
 	a.mustSale("wr", `{"stock":2,"per_user_limit":1,"waiting_room":"fifo","admit_per_second":4,"starts_at":"`+startsIn(1500*time.Millisecond)+`"}`)
 	tickets := make([]string, n)
@@ -128,7 +130,7 @@ func TestRoomFIFO(t *testing.T) {
 	// The units go to the first places: u0 and u1 buy the two; u2 is
 	// admitted to a sale that is sold out.
 	for i := range 2 {
-		if r := [2]*testGateway{a, b}[i].buyWith("wr", "u"+itoa(i), tickets[i]); r.code != 202 {
+		if r := [2]*testGateway{c, b}[i].buyWith("wr", "u"+itoa(i), tickets[i]); r.code != 202 {
 			t.Fatalf("admitted u%d buys: %d %s", i, r.code, r.raw)
 		}
 	}
