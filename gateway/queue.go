@@ -40,6 +40,10 @@ func (s *Server) serveJoin(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		write(ctx, replyFor(err))
 		return
 	}
+	if !s.limits.allow(saleB, now) {
+		writeRateLimited(ctx) // a join is a Redis call, as a buy is
+		return
+	}
 	saleID := string(saleB)
 	rctx, cancel := s.redisCtx()
 	place, err := s.sales.Join(rctx, saleID, user)
@@ -89,7 +93,11 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		s.unavailable(ctx, "room", err)
 		return
 	}
-	if rm.Mode == sale.RoomOff {
+	switch {
+	case rm == noSale:
+		write(ctx, replyNotFound)
+		return
+	case rm.Mode == sale.RoomOff:
 		write(ctx, replyNoRoom)
 		return
 	}

@@ -185,6 +185,12 @@ func TestRoomAdmin(t *testing.T) {
 	if r := g.join("nosuch", "u"); r.code != 404 {
 		t.Fatalf("join of no sale: %d %s", r.code, r.raw)
 	}
+	if r := g.poll("nosuch", "x"); r.code != 404 {
+		t.Fatalf("poll of no sale: %d %s", r.code, r.raw)
+	}
+	if r := g.poll("open", "x"); r.code != 409 {
+		t.Fatalf("poll of a sale without a room: %d %s", r.code, r.raw)
+	}
 	if r := g.do("POST", g.base+"/v1/sales/later/queue", `{"user_id":"bad id"}`, nil); r.code != 400 {
 		t.Fatalf("join with a bad user id: %d %s", r.code, r.raw)
 	}

@@ -69,13 +69,13 @@ func newRooms(load func(ctx context.Context, sale string) (*sale.Room, error), t
 		wake: make(chan struct{}, 1)}
 }
 
-// errNoSuchSale is the room of a sale that does not exist: remembered as a
-// sale without a room, and answered by whatever comes next (404).
-var errNoSuchSale = sale.ErrNotFound
+// noSale is what is held of a sale that does not exist: no room, and a
+// poll of it is 404 (a buy goes on, and Redis answers it).
+var noSale = &sale.Room{Mode: sale.RoomOff}
 
 // get returns what is held of the room of id, reading it from Redis first
 // when nothing is (an error wrapping sale.ErrUnavailable when Redis cannot
-// answer in time). A sale that does not exist has a room of mode RoomOff.
+// answer in time). A sale that does not exist is noSale.
 func (r *rooms) get(id []byte, now time.Time) (*sale.Room, *roomEntry, error) {
 	ms := now.UnixMilli()
 	r.mu.RLock()
@@ -134,8 +134,8 @@ func (r *rooms) read(id string) (*sale.Room, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
 	rm, err := r.load(ctx, id)
-	if errors.Is(err, errNoSuchSale) {
-		return &sale.Room{Sale: id, Mode: sale.RoomOff}, nil
+	if errors.Is(err, sale.ErrNotFound) {
+		return noSale, nil
 	}
 	return rm, err
 }
