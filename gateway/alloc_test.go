@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"github.com/flashgate/flashgate/sale"
 	"testing"
 	"time"
@@ -59,6 +60,53 @@ func BenchmarkSoldOutHandler(b *testing.B) {
 func BenchmarkBadRequestHandler(b *testing.B) {
 	s := soldOutServer(b)
 	ctx := newBuyCtx("gone", `{"user_id":"u 1","quantity":1}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		s.servePublic(ctx)
+	}
+}
+
+// roomServer is a Server with a waiting room "wait" whose one buyer waits
+// (one admission an hour from an hour hence), and that buyer's poll.
+func roomServer(t testing.TB, opts ...gwOption) (*Server, *fasthttp.RequestCtx) {
+	g := startGateway(t, opts...)
+	g.mustSale("wait", `{"stock":10,"waiting_room":"fifo","admit_per_second":1,"starts_at":"`+
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	r := g.join("wait", "u-123456")
+	if r.code != 200 {
+		t.Fatalf("join: %d %s", r.code, r.raw)
+	}
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.SetMethod(fasthttp.MethodGet)
+	ctx.Request.SetRequestURI("/v1/sales/wait/queue")
+	ctx.Request.Header.Set(ticketHeader, r.str("ticket"))
+	g.srv.servePublic(ctx)
+	if ctx.Response.StatusCode() != 200 || !bytes.Contains(ctx.Response.Body(), []byte(`"status":"waiting"`)) {
+		t.Fatalf("poll: %d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	return g.srv, ctx
+}
+
+// A poll is the bulk of a waiting crowd's traffic: it allocates only the
+// ticket's buyer id, and makes no Redis call (the script calls counted).
+func TestPollPathAllocs(t *testing.T) {
+	s, ctx := roomServer(t)
+	calls := s.loader.Stats().Calls
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx.Response.Reset()
+		s.servePublic(ctx)
+	})
+	if allocs > 1 {
+		t.Errorf("a poll allocates %.1f times per request, pinned at 1", allocs)
+	}
+	if n := s.loader.Stats().Calls - calls; n != 0 {
+		t.Errorf("1000 polls made %d script calls", n)
+	}
+}
+
+func BenchmarkPollHandler(b *testing.B) {
+	s, ctx := roomServer(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx.Response.Reset()

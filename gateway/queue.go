@@ -117,7 +117,10 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		write(ctx, replyNotAdmitted)
 		return
 	}
-	write(ctx, reply{code: 200, body: appendQueueView(nil, rm, t, raw, ms)})
+	var buf [512]byte // the view is built on the stack and copied into the response
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.Response.Header.SetContentTypeBytes(jsonType)
+	ctx.Response.SetBody(appendQueueView(buf[:0], rm, t, raw, ms))
 }
 
 // ticket reads the request's ticket of room rm: exactly one, genuine, of
