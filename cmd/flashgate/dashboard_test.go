@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func TestDashboardAndAlertsOnLiveSeries(t *testing.T) {
 	})
 
 	s.createSale(g, "dash", 200, 1)
+	pollRoom(t, g, "dashroom")
 	b := startBuyers(t, "http://"+g.public, "dash", 16, 300, 0)
 	b.wait()
 	if accepted := b.check(); len(accepted) != 200 {
@@ -406,4 +408,52 @@ func ruleAlerts(t *testing.T) map[string]string {
 		t.Fatalf("%s: no alerts", rulesFile)
 	}
 	return out
+}
+
+// pollRoom makes a waiting room's series for the dashboard: a sale whose
+// room lets nobody in for an hour, three buyers in it, and a poll of each
+// every 250 ms until the test ends, so that every scrape sees them move.
+func pollRoom(t *testing.T, g *gatewayProc, sale string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	starts := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if code, body, err := httpDo(c, "PUT", "http://"+g.admin+"/admin/v1/sales/"+sale,
+		`{"stock":10,"waiting_room":"fifo","admit_per_second":1,"starts_at":"`+starts+`"}`); err != nil || code != 201 {
+		t.Fatalf("create sale %s: %d %s %v", sale, code, body, err)
+	}
+	var tickets []string
+	for _, u := range []string{"ann", "ben", "cat"} {
+		code, body, err := httpDo(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/queue", `{"user_id":"`+u+`"}`)
+		var v struct{ Ticket string }
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &v) != nil || v.Ticket == "" {
+			t.Fatalf("join %s: %d %s %v", u, code, body, err)
+		}
+		tickets = append(tickets, v.Ticket)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, tk := range tickets {
+				req, _ := http.NewRequest("GET", "http://"+g.public+"/v1/sales/"+sale+"/queue", nil)
+				req.Header.Set("Flashgate-Ticket", tk)
+				if res, err := c.Do(req); err == nil {
+					res.Body.Close()
+				}
+			}
+			// A buy without a ticket: refused, and counted.
+			httpDo(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/orders", `{"user_id":"ann"}`)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	t.Cleanup(func() {
+		close(done)
+		wg.Wait()
+	})
 }
