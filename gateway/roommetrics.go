@@ -55,4 +55,3 @@ func (r *rooms) writeMetrics(w io.Writer) {
 	family("flashgate_room_not_admitted_total", "counter", u64(func(x row) uint64 { return x.notAdmitted }))
 	w.Write(b)
 }
-
