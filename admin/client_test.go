@@ -44,6 +44,8 @@ func newClient(t *testing.T, base, token string, opts ...admin.Option) *admin.Cl
 
 func int64p(n int64) *int64 { return &n }
 
+func strp(s string) *string { return &s }
+
 func timep(s string) *time.Time {
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
@@ -198,6 +200,47 @@ func TestClientRequests(t *testing.T) {
 			},
 		},
 		{
+			name: "create with a waiting room sends its mode, rate and pass",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Create(ctx, "s1", admin.SaleUpdate{Stock: int64p(3), WaitingRoom: strp(admin.RoomFIFO),
+					AdmitPerSecond: int64p(50), PassSeconds: int64p(300)})
+			}),
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":3,"waiting_room":"fifo","admit_per_second":50,"pass_seconds":300}`, bearer),
+			},
+		},
+		{
+			name: "update of the admission rate alone leaves the room as it is",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Update(ctx, "s1", admin.SaleUpdate{AdmitPerSecond: int64p(admin.MaxAdmitPerSecond)})
+			}),
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"admit_per_second":1000000}`, bearer),
+			},
+		},
+		{
+			name: "update to no waiting room sends off",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Update(ctx, "s1", admin.SaleUpdate{WaitingRoom: strp(admin.RoomOff)})
+			}),
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"waiting_room":"off"}`, bearer),
+			},
+		},
+		{
+			name: "a room that cannot change any more is the API's refusal",
+			call: sale(func(c *admin.Client, ctx context.Context) (*admin.Sale, error) {
+				return c.Upsert(ctx, "s1", admin.SaleUpdate{WaitingRoom: strp(admin.RoomRandom)})
+			}),
+			answers:  map[string]admintest.Answer{"PUT /admin/v1/sales/s1": reply(409, `{"status":"conflict","error":"window started"}`)},
+			want:     []admintest.Request{req("PUT", "/admin/v1/sales/s1", `{"waiting_room":"random"}`, bearer)},
+			wantCode: 409,
+		},
+		{
 			name: "pay",
 			call: order(func(c *admin.Client, ctx context.Context) (*admin.Order, error) { return c.Pay(ctx, "s1", "o1") }),
 			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
@@ -261,10 +304,14 @@ func TestClientAnswers(t *testing.T) {
 	const view = `{"status":"ok","sale_id":"s1","state":"live","stock":100,"sold":7,"remaining":93,"buyers":5,` +
 		`"per_user_limit":2,"locked":true,"starts_at":"2030-01-01T09:00:00Z","ends_at":null,"outbox_pending":3,` +
 		`"payment_window":900,"pending_payment":4}`
+	const roomView = `{"status":"ok","sale_id":"room","state":"upcoming","stock":10,"sold":0,"remaining":10,"buyers":0,` +
+		`"per_user_limit":1,"locked":false,"starts_at":null,"ends_at":null,"outbox_pending":0,"payment_window":0,` +
+		`"pending_payment":0,"buckets":1,"waiting_room":"random","admit_per_second":25,"pass_seconds":90,"joined":1200,"admitted":40}`
 	const list = `{"status":"ok","scripts":[{"name":"reserve","sha":"abc","folder_sha":"123"},{"name":"admin","sha":"def"},` +
 		`{"name":"hold","sha":"789","folder_error":"open hold.lua: no such file"}],"folder":"unreadable","read_at":"2030-01-01T09:00:00.250Z"}`
 	f := admintest.NewServer(t, map[string]admintest.Answer{
 		"GET /admin/v1/sales/s1":    reply(200, view),
+		"GET /admin/v1/sales/room":  reply(200, roomView),
 		"PUT /admin/v1/sales/s1":    reply(201, view),
 		"PUT /admin/v1/sales/s2":    reply(200, view),
 		"GET /admin/v1/scripts":     reply(200, list),
@@ -281,6 +328,15 @@ func TestClientAnswers(t *testing.T) {
 		StartsAt: timep("2030-01-01T09:00:00Z"), OutboxPending: 3, PaymentWindow: 900, PendingPayment: 4, Raw: []byte(view)}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("sale %+v, want %+v", *s, want)
+	}
+	s, err = c.Sale(ctx, "room")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRoom := admin.Sale{ID: "room", State: "upcoming", Stock: 10, Remaining: 10, Limit: 1, Buckets: 1,
+		WaitingRoom: admin.RoomRandom, AdmitPerSecond: 25, PassSeconds: 90, Joined: 1200, Admitted: 40, Raw: []byte(roomView)}
+	if !reflect.DeepEqual(*s, wantRoom) {
+		t.Errorf("sale with a waiting room %+v, want %+v", *s, wantRoom)
 	}
 	if s, err := c.Upsert(ctx, "s1", admin.SaleUpdate{Stock: int64p(1)}); err != nil || !s.Created {
 		t.Errorf("a 201: %+v, %v; want Created", s, err)

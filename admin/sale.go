@@ -17,6 +17,23 @@ var (
 	ErrNoSale     = errors.New("no such sale")
 )
 
+// The waiting room's modes (API.md, "Waiting room"): the values of
+// waiting_room.
+const (
+	RoomOff    = "off"
+	RoomFIFO   = "fifo"
+	RoomRandom = "random"
+)
+
+// The API's bounds of the waiting room's numbers: admit_per_second from 1
+// to MaxAdmitPerSecond buyers a second, pass_seconds from MinPassSeconds
+// to MaxPassSeconds.
+const (
+	MaxAdmitPerSecond = 1_000_000
+	MinPassSeconds    = 10
+	MaxPassSeconds    = 3600
+)
+
 // Sale is the admin view of one sale, as every sale call answers it. Redis
 // serves it, so it is never stale.
 type Sale struct {
@@ -39,6 +56,17 @@ type Sale struct {
 	// Buckets is the number of Redis hash slots the sale's stock is kept
 	// in (1 to 16, fixed at creation).
 	Buckets int64 `json:"buckets"`
+	// WaitingRoom is the sale's waiting room: RoomOff, RoomFIFO or
+	// RoomRandom ("" from a gateway without waiting rooms).
+	WaitingRoom string `json:"waiting_room"`
+	// AdmitPerSecond is the buyers let in a second, all gateways together;
+	// PassSeconds how long an admitted buyer may buy.
+	AdmitPerSecond int64 `json:"admit_per_second"`
+	PassSeconds    int64 `json:"pass_seconds"`
+	// Joined is the buyers with a place in the waiting room, Admitted
+	// those let in so far.
+	Joined   int64 `json:"joined"`
+	Admitted int64 `json:"admitted"`
 
 	// Created reports that the call created the sale (the API said 201).
 	Created bool `json:"-"`
@@ -61,6 +89,15 @@ type SaleUpdate struct {
 	// kept in that many Redis hash slots; on an update it must be the
 	// sale's own (it is fixed at creation).
 	Buckets *int64
+	// WaitingRoom is waiting_room: RoomOff, RoomFIFO or RoomRandom; it
+	// cannot change once the window has started.
+	WaitingRoom *string
+	// AdmitPerSecond is admit_per_second (1 to MaxAdmitPerSecond); it may
+	// change while buyers wait.
+	AdmitPerSecond *int64
+	// PassSeconds is pass_seconds (MinPassSeconds to MaxPassSeconds): how
+	// long an admitted buyer may buy.
+	PassSeconds *int64
 }
 
 // body is the JSON object of the PUT: only the fields given; a cleared
@@ -78,6 +115,15 @@ func (u SaleUpdate) body() map[string]any {
 	}
 	if u.Buckets != nil {
 		m["buckets"] = *u.Buckets
+	}
+	if u.WaitingRoom != nil {
+		m["waiting_room"] = *u.WaitingRoom
+	}
+	if u.AdmitPerSecond != nil {
+		m["admit_per_second"] = *u.AdmitPerSecond
+	}
+	if u.PassSeconds != nil {
+		m["pass_seconds"] = *u.PassSeconds
 	}
 	for field, t := range map[string]*time.Time{"starts_at": u.StartsAt, "ends_at": u.EndsAt} {
 		switch {

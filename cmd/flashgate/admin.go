@@ -24,9 +24,9 @@ const adminUsage = `usage: flashgate admin [--addr URL] [--token TOKEN] [--confi
 
 commands:
   sale create ID --stock N [--limit N] [--starts TIME] [--ends TIME] [--payment-window S]
-                 [--buckets K]
+                 [--buckets K] [--waiting-room MODE] [--admit-per-second R] [--pass-seconds P]
   sale update ID [--stock N] [--limit N] [--starts TIME | --clear-starts] [--ends TIME | --clear-ends]
-                 [--payment-window S]
+                 [--payment-window S] [--waiting-room MODE] [--admit-per-second R] [--pass-seconds P]
   sale show ID
   sale restock ID N
   sale lock ID
@@ -47,7 +47,11 @@ flags (before or after the command):
 
 TIME is RFC 3339 (2025-11-28T09:00:00Z). S is the payment window in seconds
 (0 to 86400, or a duration such as 15m; 0: orders are confirmed at once,
-without payment); a change applies to orders accepted after it. create
+without payment); a change applies to orders accepted after it. MODE is
+the sale's waiting room: off, fifo or random (it cannot change once the
+window has started); R is the buyers it admits a second (1 to 1000000,
+default 100; it may change while buyers wait) and P the seconds an
+admitted buyer may buy (10 to 3600, default 120). create
 refuses an existing sale and update a missing one. order pay and cancel are
 idempotent (again on a paid or cancelled order: the same answer); a pay at
 or after the order's pay_by is refused (409 order_expired). order show reads
@@ -235,6 +239,9 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 	starts := fs.String("starts", "", "")
 	ends := fs.String("ends", "", "")
 	window := fs.String("payment-window", "", "")
+	room := fs.String("waiting-room", "", "")
+	admit := fs.String("admit-per-second", "", "")
+	pass := fs.String("pass-seconds", "", "")
 	var buckets *string
 	var clearStarts, clearEnds *bool
 	if create {
@@ -281,6 +288,32 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 		}
 		u.Buckets = &n
 	}
+	if set["waiting-room"] {
+		switch *room {
+		case admin.RoomOff, admin.RoomFIFO, admin.RoomRandom:
+			u.WaitingRoom = room
+		default:
+			return adminUsageError(fmt.Errorf("%s: --waiting-room %q: want %s, %s or %s", name, *room, admin.RoomOff, admin.RoomFIFO, admin.RoomRandom))
+		}
+	}
+	for _, f := range []struct {
+		flag     string
+		v        *string
+		min, max int64
+		dst      **int64
+	}{
+		{"admit-per-second", admit, 1, admin.MaxAdmitPerSecond, &u.AdmitPerSecond},
+		{"pass-seconds", pass, admin.MinPassSeconds, admin.MaxPassSeconds, &u.PassSeconds},
+	} {
+		if !set[f.flag] {
+			continue
+		}
+		n, err := strconv.ParseInt(*f.v, 10, 64)
+		if err != nil || n < f.min || n > f.max {
+			return adminUsageError(fmt.Errorf("%s: --%s %q: want a whole number from %d to %d", name, f.flag, *f.v, f.min, f.max))
+		}
+		*f.dst = &n
+	}
 	if create && !set["stock"] {
 		return adminUsageError(errors.New("sale create: --stock is required"))
 	}
@@ -307,7 +340,7 @@ func (a *adminCmd) saleUpsert(ctx context.Context, args []string, create bool) e
 		*f.dst = &t
 	}
 	if u == (admin.SaleUpdate{}) {
-		return adminUsageError(errors.New("sale update: nothing to change (--stock, --limit, --starts, --ends, --clear-starts, --clear-ends, --payment-window)"))
+		return adminUsageError(errors.New("sale update: nothing to change (--stock, --limit, --starts, --ends, --clear-starts, --clear-ends, --payment-window, --waiting-room, --admit-per-second, --pass-seconds)"))
 	}
 
 	c, err := a.client()

@@ -157,6 +157,49 @@ func TestAdminRequests(t *testing.T) {
 			},
 		},
 		{
+			name:    "create with a waiting room",
+			args:    []string{"sale", "create", "s1", "--stock", "3", "--waiting-room", "random", "--admit-per-second", "1000000", "--pass-seconds", "10"},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": notFound},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"stock":3,"waiting_room":"random","admit_per_second":1000000,"pass_seconds":10}`, bearer),
+			},
+		},
+		{
+			name: "update of the admission rate alone",
+			args: []string{"sale", "update", "s1", "--admit-per-second", "1"},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"admit_per_second":1}`, bearer),
+			},
+		},
+		{
+			name: "update to no waiting room, and the longest pass",
+			args: []string{"sale", "update", "s1", "--waiting-room", "off", "--pass-seconds", "3600"},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"waiting_room":"off","pass_seconds":3600}`, bearer),
+			},
+		},
+		{
+			name:    "a room change after the start is the API's refusal, exit 1",
+			args:    []string{"sale", "update", "s1", "--waiting-room", "fifo"},
+			answers: map[string]admintest.Answer{"PUT /admin/v1/sales/s1": reply(409, `{"status":"conflict","error":"the window has started"}`)},
+			want: []admintest.Request{
+				req("GET", "/admin/v1/sales/s1", "", bearer),
+				req("PUT", "/admin/v1/sales/s1", `{"waiting_room":"fifo"}`, bearer),
+			},
+			wantErr: "409 Conflict: conflict: the window has started",
+		},
+		{
+			name:    "show of a sale with a waiting room prints its fields",
+			args:    []string{"sale", "show", "s1"},
+			answers: map[string]admintest.Answer{"GET /admin/v1/sales/s1": reply(200, `{"status":"ok","sale_id":"s1","waiting_room":"fifo","admit_per_second":100,"pass_seconds":120,"joined":7,"admitted":3}`)},
+			want:    []admintest.Request{req("GET", "/admin/v1/sales/s1", "", bearer)},
+			wantOut: "{\n  \"status\": \"ok\",\n  \"sale_id\": \"s1\",\n  \"waiting_room\": \"fifo\",\n  \"admit_per_second\": 100,\n" +
+				"  \"pass_seconds\": 120,\n  \"joined\": 7,\n  \"admitted\": 3\n}\n",
+		},
+		{
 			name: "order pay",
 			args: []string{"order", "pay", "s1", "o1"},
 			want: []admintest.Request{req("POST", "/admin/v1/sales/s1/orders/o1/pay", "", bearer)},
@@ -276,6 +319,16 @@ func TestAdminUsage(t *testing.T) {
 		{"sale", "update", "s1", "--payment-window", "1.5s"},
 		{"sale", "update", "s1", "--payment-window", "soon"},
 		{"sale", "update", "s1", "--payment-window", ""},
+		{"sale", "create", "s1", "--stock", "1", "--waiting-room", "lottery"},
+		{"sale", "create", "s1", "--stock", "1", "--waiting-room", "FIFO"},
+		{"sale", "update", "s1", "--waiting-room", ""},
+		{"sale", "create", "s1", "--stock", "1", "--admit-per-second", "0"},
+		{"sale", "create", "s1", "--stock", "1", "--admit-per-second", "1000001"},
+		{"sale", "update", "s1", "--admit-per-second", "fast"},
+		{"sale", "update", "s1", "--admit-per-second", "1.5"},
+		{"sale", "create", "s1", "--stock", "1", "--pass-seconds", "9"},
+		{"sale", "update", "s1", "--pass-seconds", "3601"},
+		{"sale", "update", "s1", "--pass-seconds", "2m"},
 		{"order"},
 		{"order", "refund", "s1", "o1"},
 		{"order", "pay", "s1"},
