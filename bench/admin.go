@@ -46,36 +46,47 @@ func (a *admin) ready(ctx context.Context) error {
 	return nil
 }
 
-// createSale creates the sale, with a payment window of window seconds
-// (0: none) and its stock in buckets Redis slots; it refuses one that exists already, so that the checks see
-// this run's orders only and no live sale is modified.
-func (a *admin) createSale(ctx context.Context, sale string, stock, limit, window, buckets int64) error {
+// createSale creates the sale of o: its stock and limit, with a payment
+// window of o.PaymentWindow seconds (0: none), its stock in o.Buckets
+// Redis slots, and o's waiting room, if any, opening at startsAt (nil: at
+// once). It refuses a sale that exists already, so that the checks see
+// this run's orders only and no live sale is modified. It returns the
+// sale as the API answered it.
+func (a *admin) createSale(ctx context.Context, o Options, startsAt *time.Time) (*adminapi.Sale, error) {
 	if a.err != nil {
-		return a.err
+		return nil, a.err
 	}
-	u := adminapi.SaleUpdate{Stock: &stock, Limit: &limit}
+	sale, stock, limit, window, buckets := o.Sale, o.Stock, o.Limit, o.PaymentWindow, o.Buckets
+	u := adminapi.SaleUpdate{Stock: &stock, Limit: &limit, StartsAt: startsAt}
 	if buckets > 1 {
 		u.Buckets = &buckets
 	}
 	if window > 0 {
 		u.PaymentWindow = &window
 	}
+	room := o.WaitingRoom != "" && o.WaitingRoom != adminapi.RoomOff
+	if room {
+		u.WaitingRoom, u.AdmitPerSecond, u.PassSeconds = &o.WaitingRoom, &o.AdmitPerSecond, &o.PassSeconds
+	}
 	s, err := a.c.Create(ctx, sale, u)
 	switch _, answered := errors.AsType[*adminapi.APIError](err); {
 	case errors.Is(err, adminapi.ErrSaleExists):
-		return fmt.Errorf("bench: %w: sale %s exists already; bench creates its own (leave --sale out for a random id)", ErrOptions, sale)
+		return nil, fmt.Errorf("bench: %w: sale %s exists already; bench creates its own (leave --sale out for a random id)", ErrOptions, sale)
 	case answered:
-		return fmt.Errorf("bench: create sale %s: %w", sale, err)
+		return nil, fmt.Errorf("bench: create sale %s: %w", sale, err)
 	case err != nil:
-		return fmt.Errorf("bench: admin API at %s: %w", a.c.BaseURL(), err)
+		return nil, fmt.Errorf("bench: admin API at %s: %w", a.c.BaseURL(), err)
 	case !s.Created:
-		return fmt.Errorf("bench: create sale %s: it appeared meanwhile (the API answered 200, not 201)", sale)
+		return nil, fmt.Errorf("bench: create sale %s: it appeared meanwhile (the API answered 200, not 201)", sale)
 	case buckets > 1 && s.Buckets != buckets:
-		return fmt.Errorf("bench: create sale %s: buckets %d in the answer, want %d (a gateway without buckets?)", sale, s.Buckets, buckets)
+		return nil, fmt.Errorf("bench: create sale %s: buckets %d in the answer, want %d (a gateway without buckets?)", sale, s.Buckets, buckets)
 	case s.PaymentWindow != window:
-		return fmt.Errorf("bench: create sale %s: payment_window %d in the answer, want %d (a gateway without payment windows?)", sale, s.PaymentWindow, window)
+		return nil, fmt.Errorf("bench: create sale %s: payment_window %d in the answer, want %d (a gateway without payment windows?)", sale, s.PaymentWindow, window)
+	case room && (s.WaitingRoom != o.WaitingRoom || s.AdmitPerSecond != o.AdmitPerSecond || s.PassSeconds != o.PassSeconds):
+		return nil, fmt.Errorf("bench: create sale %s: waiting room %q at %d/s with %ds passes in the answer, want %q at %d/s with %ds (a gateway without waiting rooms?)",
+			sale, s.WaitingRoom, s.AdmitPerSecond, s.PassSeconds, o.WaitingRoom, o.AdmitPerSecond, o.PassSeconds)
 	}
-	return nil
+	return s, nil
 }
 
 // view reads the admin sale view, which is never stale.

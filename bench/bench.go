@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	adminapi "github.com/flashgate/flashgate/admin"
 )
 
 // ErrOptions is wrapped by Run's error when the Options are unusable (a bad
@@ -77,6 +79,22 @@ type Options struct {
 	Timeout      time.Duration // per request; default 5s
 
 	AllowRemote bool // allow targets other than loopback
+
+	// WaitingRoom, "fifo" or "random", puts the sale behind a waiting
+	// room (API.md, "Waiting room"; "" or "off": none). Each buyer then
+	// joins once, polls at the pace the gateway asks, buys once admitted,
+	// and the report adds the room's figures and fairness checks (see
+	// room.go). DupRatio and Rate do not apply to such a run.
+	WaitingRoom string
+	// AdmitPerSecond and PassSeconds are the room's admit_per_second
+	// (default 1000) and pass_seconds (default 120).
+	AdmitPerSecond int64
+	PassSeconds    int64
+	// RoomStartIn is how far ahead of the sale's creation a random room's
+	// sale starts (default 3s), so that a crowd joins before the start; a
+	// tenth of the buyers join only after it. A fifo room's sale starts
+	// at once.
+	RoomStartIn time.Duration
 
 	// Raw sends the load to URL without creating a sale, reading Redis or
 	// MySQL, or checking anything: for measuring a server that is not
@@ -128,6 +146,38 @@ func (o Options) normalize() (Options, error) {
 	}
 	bad := func(format string, args ...any) (Options, error) {
 		return o, fmt.Errorf("bench: %w: "+format, append([]any{ErrOptions}, args...)...)
+	}
+	if o.WaitingRoom == adminapi.RoomOff {
+		o.WaitingRoom = ""
+	}
+	if o.WaitingRoom != "" {
+		if o.AdmitPerSecond == 0 {
+			o.AdmitPerSecond = 1000
+		}
+		if o.PassSeconds == 0 {
+			o.PassSeconds = 120
+		}
+		if o.RoomStartIn == 0 && o.WaitingRoom == adminapi.RoomRandom {
+			o.RoomStartIn = 3 * time.Second
+		}
+		switch {
+		case o.WaitingRoom != adminapi.RoomFIFO && o.WaitingRoom != adminapi.RoomRandom:
+			return bad("waiting-room %q: want %s, %s or %s", o.WaitingRoom, adminapi.RoomOff, adminapi.RoomFIFO, adminapi.RoomRandom)
+		case o.AdmitPerSecond < 1 || o.AdmitPerSecond > adminapi.MaxAdmitPerSecond:
+			return bad("admit-per-second %d: want 1 to %d", o.AdmitPerSecond, adminapi.MaxAdmitPerSecond)
+		case o.PassSeconds < adminapi.MinPassSeconds || o.PassSeconds > adminapi.MaxPassSeconds:
+			return bad("pass-seconds %d: want %d to %d", o.PassSeconds, adminapi.MinPassSeconds, adminapi.MaxPassSeconds)
+		case o.RoomStartIn < 0 || (o.WaitingRoom == adminapi.RoomFIFO && o.RoomStartIn != 0):
+			return bad("room-start-in %v: want a duration ≥ 0, with a random room only", o.RoomStartIn)
+		case o.Users > maxRoomUsers:
+			return bad("users %d: want at most %d with a waiting room (the run keeps a record of each)", o.Users, maxRoomUsers)
+		case o.Rate > 0:
+			return bad("rate: a waiting room sets the pace of the buys; leave --rate out")
+		case o.Raw:
+			return bad("a raw load has no sale, so no waiting room")
+		}
+	} else if o.AdmitPerSecond != 0 || o.PassSeconds != 0 || o.RoomStartIn != 0 {
+		return bad("admit-per-second, pass-seconds and room-start-in need a waiting room (waiting-room fifo or random)")
 	}
 	switch {
 	case !saleRE.MatchString(o.Sale):
@@ -231,14 +281,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer db.close()
 	}
+	var opens time.Time // the sale's start; zero: open at once
 	if o.Raw {
 		adm = nil
 	} else {
 		if err := adm.ready(ctx); err != nil {
 			return nil, err
 		}
-		if err := adm.createSale(ctx, o.Sale, o.Stock, o.Limit, o.PaymentWindow, o.Buckets); err != nil {
+		var startsAt *time.Time
+		if o.RoomStartIn > 0 {
+			t := time.Now().Add(o.RoomStartIn)
+			startsAt = &t
+		}
+		s, err := adm.createSale(ctx, o, startsAt)
+		if err != nil {
 			return nil, err
+		}
+		if s.StartsAt != nil {
+			opens = *s.StartsAt
 		}
 	}
 
@@ -253,7 +313,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Timeline && !o.Raw {
 		smp = startSampler(adm, db, o.Sale)
 	}
-	l.run(ctx, rep)
+	var room *roomLoad
+	var roomWorkers []*roomWorker
+	if o.WaitingRoom != "" {
+		room = newRoomLoad(l)
+		roomWorkers = room.run(ctx, rep, opens)
+		if room.noRoom.Load() {
+			rep.Notes = append(rep.Notes, "the gateway answered a join 409 conflict: the sale has no waiting room")
+		}
+	} else {
+		l.run(ctx, rep)
+	}
 	if o.Raw {
 		return rep, nil
 	}
@@ -274,6 +344,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else {
 		f.RedisStock, f.RedisSold, f.RedisRemaining, f.RedisPending = v.Stock, v.Sold, v.Remaining, v.PendingPayment
 		rep.OutboxPending = v.OutboxPending
+	}
+	if room != nil {
+		rf := room.figures(rep.Elapsed, roomWorkers)
+		rf.AcceptedUnits = f.AcceptedUnits
+		if err != nil {
+			rf.ViewErr = err.Error()
+		} else {
+			rf.ViewJoined, rf.ViewAdmitted = v.Joined, v.Admitted
+		}
+		rep.Room = &rf
 	}
 
 	if db != nil {
@@ -311,5 +391,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	smp.stop(l.start, rep.Timeline)
 	rep.Figures = f
 	rep.Checks = Verify(f)
+	if rep.Room != nil {
+		rep.Checks = append(rep.Checks, VerifyRoom(*rep.Room)...)
+	}
 	return rep, nil
 }

@@ -51,6 +51,7 @@ const (
 	oUnavailable
 	oUnauthorized
 	oForbidden
+	oNotAdmitted
 	oOther
 	oError
 	numOutcomes
@@ -59,7 +60,7 @@ const (
 var outcomeNames = [numOutcomes]string{
 	"accepted", "sold_out", "limit_reached", "insufficient_stock", "rate_limited", "locked",
 	"not_started", "ended", "not_found", "idempotency_conflict", "bad_request", "too_large",
-	"unavailable", "unauthorized", "forbidden", "other", "error",
+	"unavailable", "unauthorized", "forbidden", "not_admitted", "other", "error",
 }
 
 var (
@@ -101,6 +102,8 @@ func classify(body []byte) int {
 		return oUnauthorized
 	case "forbidden":
 		return oForbidden
+	case "not_admitted":
+		return oNotAdmitted
 	}
 	return oOther
 }
@@ -238,16 +241,13 @@ func (l *load) halt(why string) {
 // run sends requests until a stop condition, waits for the requests in
 // flight, and fills the load part of rep.
 func (l *load) run(ctx context.Context, rep *Report) {
-	limit, by := l.o.MaxDuration, "max-duration"
-	if l.o.Duration > 0 && l.o.Duration < limit {
-		limit, by = l.o.Duration, "duration"
-	}
 	workers := make([]*worker, l.o.Conns)
+	hists := make([]*[numOutcomes]*Histogram, len(workers))
 	var wg sync.WaitGroup
 	l.start = time.Now()
 	for i := range workers {
 		w := newWorker(l)
-		workers[i] = w
+		workers[i], hists[i] = w, &w.hist
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -256,6 +256,17 @@ func (l *load) run(ctx context.Context, rep *Report) {
 				w.tally.flush()
 			}
 		}()
+	}
+	l.fill(rep, l.await(ctx, wg.Wait), hists)
+}
+
+// await waits for a stop condition (ctx, the time limits, a sold_out
+// answer or the stock's worth of 202s), then for the workers (wait, which
+// returns once every worker has), and returns how long the load ran.
+func (l *load) await(ctx context.Context, wait func()) time.Duration {
+	limit, by := l.o.MaxDuration, "max-duration"
+	if l.o.Duration > 0 && l.o.Duration < limit {
+		limit, by = l.o.Duration, "duration"
 	}
 	var pwg sync.WaitGroup
 	if l.o.Progress != nil {
@@ -286,19 +297,24 @@ func (l *load) run(ctx context.Context, rep *Report) {
 		}
 	}
 	t.Stop()
-	wg.Wait()
+	wait()
 	elapsed := time.Since(l.start)
 	pwg.Wait()
 	l.hc.CloseIdleConnections()
+	return elapsed
+}
 
+// fill fills the load part of rep from the workers' histograms, once the
+// load has stopped.
+func (l *load) fill(rep *Report, elapsed time.Duration, hists []*[numOutcomes]*Histogram) {
 	rep.StoppedBy = l.why
 	rep.Interrupted = l.why == "interrupt"
 	rep.Elapsed = elapsed
 	var all Histogram
 	for o := range numOutcomes {
 		var h Histogram
-		for _, w := range workers {
-			h.Merge(w.hist[o])
+		for _, wh := range hists {
+			h.Merge(wh[o])
 		}
 		if h.Count() == 0 {
 			continue
@@ -442,6 +458,12 @@ var tokenHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","t
 // login would issue and the gateway checks (API.md, "Buyer
 // authentication").
 func (w *worker) authorize(user string) {
+	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, w.token(user))
+}
+
+// token returns the Authorization value of a buyer token for user, in a
+// buffer of the worker's that the next call overwrites.
+func (w *worker) token(user string) []byte {
 	const scheme = "Bearer "
 	w.claims = append(w.claims[:0], `{"sub":"`...)
 	w.claims = append(w.claims, user...)
@@ -459,7 +481,7 @@ func (w *worker) authorize(user string) {
 	b = append(b, '.')
 	b = base64.RawURLEncoding.AppendEncode(b, w.claims)
 	w.auth = b
-	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, b)
+	return b
 }
 
 func (w *worker) run() {
@@ -496,9 +518,10 @@ func (w *worker) run() {
 	}
 }
 
-// send sends one buy and records its outcome; t0 is the scheduled time in
-// the open loop, zero in the closed loop (then latency starts now).
-func (w *worker) send(s *spec, t0 time.Time) {
+// send sends one buy and records and returns its outcome; t0 is the
+// scheduled time in the open loop, zero in the closed loop (then latency
+// starts now).
+func (w *worker) send(s *spec, t0 time.Time) int {
 	l := w.l
 	w.body = append(w.body[:0], `{"user_id":"`...)
 	w.body = append(w.body, s.user...)
@@ -557,6 +580,7 @@ func (w *worker) send(s *spec, t0 time.Time) {
 	if w.tally != nil {
 		w.tally.record(now.Sub(l.start), o, now.Sub(t0))
 	}
+	return o
 }
 
 // soldOutAt notes that the sale was seen sold out at t: the first sold_out

@@ -66,6 +66,10 @@ type Report struct {
 
 	Timeline *Timeline `json:"timeline,omitempty"` // with Options.Timeline
 
+	// Room holds the waiting room's figures (Options.WaitingRoom); the
+	// outcomes above are then the buys'.
+	Room *RoomFigures `json:"waiting_room,omitempty"`
+
 	Figures Figures  `json:"figures"`
 	Checks  []Check  `json:"checks"`
 	Notes   []string `json:"notes,omitempty"`
@@ -123,6 +127,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	tw.Flush()
 	b.WriteString("\n")
+	if r.Room != nil {
+		r.Room.writeText(&b)
+		b.WriteString("\n")
+	}
 	f := r.Figures
 	fmt.Fprintf(&b, "accepted: %d orders, %d units (%d idempotent replays)\n", f.AcceptedOrders, f.AcceptedUnits, r.Replays)
 	if r.SoldOutAfter > 0 {

@@ -21,7 +21,9 @@ const benchUsage = `usage: flashgate bench [flags]
 Runs a flash sale against a running stack: creates a sale, sends buy
 requests from --conns connections, stops when it is sold out (or after
 --duration, never later than --max-duration), waits for the orders to reach
-MySQL, and checks that the 202s, Redis and MySQL agree. Exit code 1 when a
+MySQL, and checks that the 202s, Redis and MySQL agree. With
+--waiting-room, the buyers queue first and the run also checks that the
+room admitted them fairly. Exit code 1 when a
 check fails, 2 for a bad flag. Targets must be on this machine unless
 --allow-remote is given.
 
@@ -62,6 +64,12 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", 30*time.Second, "longest wait for the orders to reach MySQL")
 	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per request")
 	fs.BoolVar(&o.AllowRemote, "allow-remote", false, "allow targets that are not this machine")
+	fs.StringVar(&o.WaitingRoom, "waiting-room", "", "put the sale behind a waiting room, fifo or random: each buyer joins, polls at the pace the gateway asks, "+
+		"buys once admitted; the report adds joins/s, polls/s and the fairness checks (off or empty: none)")
+	fs.Int64Var(&o.AdmitPerSecond, "admit-per-second", 0, "with --waiting-room: the room's admit_per_second, 1-1000000 (default 1000)")
+	fs.Int64Var(&o.PassSeconds, "pass-seconds", 0, "with --waiting-room: the room's pass_seconds, 10-3600 (default 120)")
+	fs.DurationVar(&o.RoomStartIn, "room-start-in", 0, "with --waiting-room random: the sale starts this long after its creation, so that the crowd joins first; "+
+		"a tenth of the buyers join only after the start (default 3s)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, benchUsage)

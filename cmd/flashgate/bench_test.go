@@ -48,3 +48,20 @@ func TestBenchWriteSVG(t *testing.T) {
 		t.Errorf("a report without a timeline: %v, want ErrNoTimeline", err)
 	}
 }
+
+// The waiting room's flags are checked before any load is sent.
+func TestBenchRoomFlagsChecked(t *testing.T) {
+	for _, args := range [][]string{
+		{"--waiting-room", "lottery"},
+		{"--waiting-room", "fifo", "--admit-per-second", "1000001"},
+		{"--waiting-room", "fifo", "--pass-seconds", "5"},
+		{"--waiting-room", "fifo", "--room-start-in", "3s"},
+		{"--waiting-room", "random", "--rate", "100"},
+		{"--pass-seconds", "60"},
+	} {
+		all := append([]string{"--no-mysql", "--url", "http://127.0.0.1:1", "--admin-url", "http://127.0.0.1:1"}, args...)
+		if err := runBench(context.Background(), all, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}
