@@ -3,12 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -428,11 +424,7 @@ type worker struct {
 	timer *time.Timer
 	tally *tally // nil unless Options.Timeline
 
-	// With a JWT secret: the worker's HMAC, reset for each token, and the
-	// buffers a token is built in, so that signing allocates nothing and
-	// costs the client little next to what it measures.
-	mac          hash.Hash
-	auth, claims []byte
+	sig *signer // with a JWT secret: the worker's buyer tokens
 }
 
 func newWorker(l *load) *worker {
@@ -442,7 +434,7 @@ func newWorker(l *load) *worker {
 	w.req.SetRequestURI(l.buyURL)
 	w.req.Header.SetContentType("application/json")
 	if l.o.JWTSecret != "" {
-		w.mac = hmac.New(sha256.New, []byte(l.o.JWTSecret))
+		w.sig = newSigner(l.o.JWTSecret, l.tokenExp)
 	}
 	if l.tl != nil {
 		w.tally = &tally{t: l.tl}
@@ -450,38 +442,10 @@ func newWorker(l *load) *worker {
 	return w
 }
 
-// tokenHeader is the JOSE header of every token the bench signs, encoded.
-var tokenHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
-
-// authorize sets the request's Authorization to a buyer token for user: an
-// HS256 JWT (RFC 7519) with sub = user and the run's exp, as the shop's
-// login would issue and the gateway checks (API.md, "Buyer
-// authentication").
+// authorize sets the request's Authorization to a buyer token for user
+// (signer.token).
 func (w *worker) authorize(user string) {
-	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, w.token(user))
-}
-
-// token returns the Authorization value of a buyer token for user, in a
-// buffer of the worker's that the next call overwrites.
-func (w *worker) token(user string) []byte {
-	const scheme = "Bearer "
-	w.claims = append(w.claims[:0], `{"sub":"`...)
-	w.claims = append(w.claims, user...)
-	w.claims = append(w.claims, `","exp":`...)
-	w.claims = strconv.AppendInt(w.claims, w.l.tokenExp, 10)
-	w.claims = append(w.claims, '}')
-	b := append(w.auth[:0], scheme...)
-	b = append(b, tokenHeader...)
-	b = append(b, '.')
-	b = base64.RawURLEncoding.AppendEncode(b, w.claims)
-	w.mac.Reset()
-	w.mac.Write(b[len(scheme):])
-	// The claims buffer is free again: the MAC goes there on its way.
-	w.claims = w.mac.Sum(w.claims[:0])
-	b = append(b, '.')
-	b = base64.RawURLEncoding.AppendEncode(b, w.claims)
-	w.auth = b
-	return b
+	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, w.sig.token(user))
 }
 
 func (w *worker) run() {
@@ -527,7 +491,7 @@ func (w *worker) send(s *spec, t0 time.Time) int {
 	w.body = append(w.body, s.user...)
 	w.body = append(w.body, `","quantity":1}`...)
 	w.req.SetBodyRaw(w.body)
-	if w.mac != nil {
+	if w.sig != nil {
 		w.authorize(s.user)
 	}
 	if s.key != "" {
