@@ -2,7 +2,10 @@
 // answers every buy with the bytes flashgate would send, doing nothing else
 // (no parsing, no Redis). The gateway's figures are reported against it.
 //
-//	bare -addr 127.0.0.1:18090 -reply accepted|sold_out
+// With -reply waiting it answers every request with a waiting buyer's
+// queue view instead: the ceiling of the waiting room's polls.
+//
+//	bare -addr 127.0.0.1:18090 -reply accepted|sold_out|waiting
 package main
 
 import (
@@ -18,12 +21,20 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:18090", "listen address (loopback)")
-	kind := flag.String("reply", "accepted", "accepted or sold_out")
+	kind := flag.String("reply", "accepted", "accepted, sold_out or waiting")
 	flag.Parse()
 
 	code, body := 202, []byte(`{"status":"accepted","order_id":"0123456789abcdef000000000001","sale_id":"bench","user_id":"u1234567890-12345","quantity":1}`)
-	if *kind == "sold_out" {
+	switch *kind {
+	case "accepted":
+	case "sold_out":
 		code, body = 410, []byte(`{"status":"sold_out"}`)
+	case "waiting":
+		code, body = 200, []byte(`{"status":"waiting","sale_id":"bench","user_id":"u1234567890-12345",`+
+			`"ticket":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",`+
+			`"position":123456,"ahead":123455,"eta_seconds":123456,"pass_until":null,"poll_after_ms":20000}`)
+	default:
+		log.Fatalf("-reply %q: want accepted, sold_out or waiting", *kind)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -46,7 +46,7 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster), "scale" (10,000 sales through Redis restarts)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster), "scale" (10,000 sales through Redis restarts), "room" (the waiting room's joins, polls and fairness)`)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -64,8 +64,10 @@ func main() {
 		err = runBucketsOnly(ctx, *out, *dur, *conns)
 	case "scale":
 		err = runScaleOnly(ctx, *out, *dur, *conns)
+	case "room":
+		err = runRoomOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets or scale", *only)
+		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets, scale or room", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -84,6 +86,7 @@ type suite struct {
 	cost      string // the cost-per-order section (cost.go); "" when not measured
 	buckets   string // the buckets section (buckets.go); "" when not measured
 	scale     string // the shop-scale section (scale.go); "" when not measured
+	room      string // the waiting-room section (room.go); "" when not measured
 	// picture is the main run (batching on, one hot sale), drawn beside
 	// the report (pictureName); nil when it was not measured.
 	picture *bench.Report
@@ -187,6 +190,12 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 	// 4e. A shop's scale: 10,000 sales through Redis restarts.
 	if err := s.measureScale(ctx); err != nil {
 		s.notes = append(s.notes, "shop scale not measured: "+err.Error())
+	}
+
+	// 4f. The waiting room: joins and polls against the bare handler and
+	// the reserve path, and the fairness of both modes.
+	if err := s.measureRoom(ctx); err != nil {
+		s.notes = append(s.notes, "waiting room not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -935,6 +944,7 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 	}
 	b.WriteString(s.cost)
 	b.WriteString(s.buckets)
+	b.WriteString(s.room)
 	if s.scale != "" {
 		b.WriteString("\n" + s.scale)
 	}
