@@ -9,6 +9,10 @@
 // hard cap is reached, waits for the orders to reach MySQL, and returns a
 // Report. Duplicate clicks are part of the load: a fraction of the requests
 // re-send an earlier buyer's request, some with the same Idempotency-Key.
+// On a sale with a waiting room (Options.WaitingRoom) each buyer joins the
+// queue first, polls it and buys once admitted, and the report adds the
+// room's fairness checks (room.go, roomfigures.go); CrowdJoin and
+// CrowdPoll are the room's traffic alone, for `make bench`.
 //
 // The strategy benchmarks of DESIGN.md (row lock, WATCH/MULTI, Lua) live in
 // this folder's tests (strategy_test.go); they are not part of the binary.
@@ -176,6 +180,8 @@ func (o Options) normalize() (Options, error) {
 		case o.Raw:
 			return bad("a raw load has no sale, so no waiting room")
 		}
+		// Each buyer buys once, when admitted: no duplicate clicks.
+		o.DupRatio = 0
 	} else if o.AdmitPerSecond != 0 || o.PassSeconds != 0 || o.RoomStartIn != 0 {
 		return bad("admit-per-second, pass-seconds and room-start-in need a waiting room (waiting-room fifo or random)")
 	}
