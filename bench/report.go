@@ -39,7 +39,7 @@ type Report struct {
 	DupRatio     float64 `json:"dup_ratio"`
 	MySQLChecked bool    `json:"mysql_checked"`
 
-	StoppedBy   string        `json:"stopped_by"` // sold-out, duration, max-duration or interrupt
+	StoppedBy   string        `json:"stopped_by"` // sold-out, duration, max-duration or interrupt; with a waiting room also ended, every buyer done or no waiting room
 	Interrupted bool          `json:"interrupted"`
 	Elapsed     time.Duration `json:"elapsed_ns"` // of the load
 	Requests    int64         `json:"requests"`
