@@ -264,7 +264,11 @@ func (w *roomWorker) queue(i int32, b *roomBuyer, req *fasthttp.Request, hist *H
 			r.sched.at(i, ans)
 			return
 		}
-		b.lastWaiting = sent
+		if v.position > 0 {
+			// Seen waiting at a place; a random room's pre-queue before
+			// its start has none, and is behind nobody yet.
+			b.lastWaiting = sent
+		}
 		b.step = stepPoll
 		r.sched.at(i, ans+int64(v.pollAfter))
 	case "sold_out":

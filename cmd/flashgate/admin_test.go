@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/admin/admintest"
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/sale"
 )
 
 // The admin CLI is tested against admintest's stand-in, which records what
@@ -536,5 +538,19 @@ func TestAdminNoAnswer(t *testing.T) {
 	_, err = runCLI(t, "--addr", addr, "--token", testToken, "sale", "show", "s1")
 	if err == nil || errors.Is(err, errUsage) {
 		t.Fatalf("error %v, want a failure (exit 1)", err)
+	}
+}
+
+// The waiting room's bounds the CLI checks before any request are the
+// API's own.
+func TestAdminRoomBounds(t *testing.T) {
+	if admin.MaxAdmitPerSecond != sale.MaxAdmitPerSecond || admin.MinPassSeconds != sale.MinPassSeconds || admin.MaxPassSeconds != sale.MaxPassSeconds {
+		t.Errorf("admin's bounds %d, %d–%d; the API's %d, %d–%d", admin.MaxAdmitPerSecond, admin.MinPassSeconds, admin.MaxPassSeconds,
+			sale.MaxAdmitPerSecond, sale.MinPassSeconds, sale.MaxPassSeconds)
+	}
+	for _, m := range []string{admin.RoomOff, admin.RoomFIFO, admin.RoomRandom} {
+		if _, ok := sale.ParseRoom(m); !ok {
+			t.Errorf("mode %q is not the API's", m)
+		}
 	}
 }
