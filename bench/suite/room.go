@@ -55,13 +55,15 @@ const (
 	targetJoins = 0.5
 )
 
-// Names of the waiting room's rows.
+// Names of the waiting room's rows, unlike every other row's (a baseline
+// is found by its name; measureAuth has a sold-out row with authentication
+// of its own).
 const (
 	rowRoomBare     = "bare fasthttp handler, queue view (ceiling of a poll)"
 	rowRoomReserve  = "gateway, reserve path (accepted buys, no waiting room)"
 	rowRoomPolls    = "gateway, polls of waiting buyers"
 	rowRoomJoins    = "gateway, joins of distinct buyers"
-	rowRoomSoldAuth = "gateway, sold-out sale, buyer authentication on (HS256)"
+	rowRoomSoldAuth = "gateway, sold-out sale, buyer authentication on (HS256), room rounds"
 	rowRoomPollAuth = "gateway, polls of waiting buyers, buyer authentication on (HS256)"
 	rowRoomJoinAuth = "gateway, joins of distinct buyers, buyer authentication on (HS256)"
 )
