@@ -106,8 +106,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "sale %s: stock %d%s, limit %d, %d users, %d connections, %s, dup-ratio %.2f\n",
 		r.Sale, r.Stock, buckets, r.Limit, r.Users, r.Conns, mode, r.DupRatio)
-	fmt.Fprintf(&b, "load: %d requests in %s (stopped by %s): %.0f req/s\n",
-		r.Requests, round(r.Elapsed), r.StoppedBy, r.Throughput)
+	what, unit := "requests", "req/s"
+	if r.Room != nil {
+		what, unit = "buys", "buys/s" // the joins and polls are the room's figures, below
+	}
+	fmt.Fprintf(&b, "load: %d %s in %s (stopped by %s): %.0f %s\n",
+		r.Requests, what, round(r.Elapsed), r.StoppedBy, r.Throughput, unit)
 	if r.Rate > 0 {
 		fmt.Fprintf(&b, "late: %d requests sent over %v after their time (max lag %s), %d due but never sent; latency counts from the scheduled time\n",
 			r.Late, lateAfter, round(r.MaxLag), r.Unsent)
