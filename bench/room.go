@@ -64,6 +64,7 @@ type roomBuyer struct {
 	tries        uint8
 	moved        bool // the position changed once given
 	outcome      int8 // of the buy; -1: none
+	keyed        int8 // the buy carries an Idempotency-Key: 1 yes, -1 no, 0 not yet decided
 }
 
 // roomLoad is the load of a run with a waiting room.
@@ -306,20 +307,28 @@ func (w *roomWorker) retry(i int32, b *roomBuyer, now int64, wait time.Duration)
 	w.r.sched.at(i, now+int64(wait))
 }
 
-// buy sends buyer i's buy with its ticket; half the buys carry an
-// Idempotency-Key (none with NoKeys), as a run without a room sends them.
+// buy sends buyer i's buy with its ticket; half the buyers send an
+// Idempotency-Key (none with NoKeys), as a run without a room does, the
+// same one again when a 429 or 503 has the buy sent again. A buy that got
+// no answer is not sent again: its outcome is unknown, as in any run.
 func (w *roomWorker) buy(i int32, b *roomBuyer) {
 	r := w.r
 	s := &spec{user: roomUser(i)}
-	if !r.o.NoKeys && w.rng.Uint32()&1 == 0 {
-		s.key = "k" + strconv.FormatUint(r.keys.Add(1), 10)
+	if b.keyed == 0 {
+		b.keyed = -1
+		if !r.o.NoKeys && w.rng.Uint32()&1 == 0 {
+			b.keyed = 1
+		}
+	}
+	if b.keyed > 0 {
+		s.key = "k" + s.user
 	}
 	w.req.Header.Set(TicketHeader, b.ticket)
 	o := w.send(s, time.Time{})
 	ans := r.since()
 	b.outcome = int8(o)
 	switch o {
-	case oRateLimited, oUnavailable, oError:
+	case oRateLimited, oUnavailable:
 		if ans < b.passUntil {
 			w.retry(i, b, ans, retryDefault/5)
 			return
