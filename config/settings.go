@@ -209,7 +209,7 @@ var settings = []setting{
 	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "longest wait of the relay for new outbox entries", time.Millisecond, time.Minute,
 		func(c *Config) *time.Duration { return &c.Relay.Poll }),
 	{env: "FLASHGATE_CONSUMER_METRICS_ADDR", key: "consumer.metrics_addr", def: "",
-		doc: "listener of the consumer's /metrics and /healthz (empty: none)",
+		doc: "listener of the consumer's /metrics, /healthz and profiles (/debug/pprof/; keep it on an internal address) (empty: none)",
 		set: func(c *Config, v string) error {
 			if v != "" {
 				if err := checkAddr(v); err != nil {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 )
 
@@ -79,6 +81,12 @@ func (c *Consumer) ServeMetrics(ctx context.Context, addr string) error {
 				rc.SetContentType("application/json")
 				rc.SetBodyString(`{"status":"ok"}`)
 			default:
+				if bytes.HasPrefix(rc.Path(), []byte("/debug/pprof/")) {
+					// The consumer's profiles (net/http/pprof's handlers), as
+					// the gateway's admin listener serves its own.
+					pprofhandler.PprofHandler(rc)
+					return
+				}
 				rc.SetStatusCode(fasthttp.StatusNotFound)
 				rc.SetContentType("application/json")
 				rc.SetBodyString(`{"status":"not_found"}`)

@@ -114,6 +114,12 @@ func TestPipelineMetrics(t *testing.T) {
 		t.Logf("gateway: %v", gm)
 		t.Logf("consumer: %v", cm)
 	}
+	// The consumer's profiles are on the same listener, as the gateway's
+	// are on its admin listener.
+	c := &http.Client{Timeout: 10 * time.Second}
+	if code, body, err := httpDo(c, "GET", "http://"+metricsAddr+"/debug/pprof/profile?seconds=1", ""); err != nil || code != 200 || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("consumer CPU profile: %d %.40q %v", code, body, err)
+	}
 }
 
 // has reports whether the series is present with value v (a missing series
