@@ -13,10 +13,15 @@
 -- repair script clears it. A sale already held stays held; one whose run id
 -- is this process's is left alone (a SCRIPT FLUSH is no rollback).
 --
+-- A sale with a waiting room also has its admission clock's version moved
+-- to now (queue.lua): a change of the clock that this Redis lost may still
+-- be in a gateway's memory with a later version than the one kept, and the
+-- gateways take the newest; now is past every version given before.
+--
 -- Returns {held (0 or 1), the current run id}; {0, run id} for a key that
 -- holds no sale.
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local m = redis.call('HMGET', KEYS[1], 'run', 'hold', 'stock')
+local m = redis.call('HMGET', KEYS[1], 'run', 'hold', 'stock', 'wr', 'qv')
 local held = 0
 if m[3] then
   if m[2] == '1' then
@@ -24,6 +29,11 @@ if m[3] then
   elseif m[1] ~= run then
     redis.call('HSET', KEYS[1], 'hold', 1)
     held = 1
+    if m[4] and m[4] ~= '0' then
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      redis.call('HSET', KEYS[1], 'qv', math.max((tonumber(m[5]) or 0) + 1, now))
+    end
   end
 end
 return {held, run}
