@@ -226,7 +226,8 @@ type Shutdown struct {
 type Relay struct {
 	Batch         int
 	MaxInFlight   int
-	MessageOrders int // orders one AMQP message carries at most
+	MessageOrders int    // orders one AMQP message carries at most
+	Wire          string // "lines" or "json": the form of the orders in a message (package order)
 	ClaimAfter    time.Duration
 	Poll          time.Duration
 }

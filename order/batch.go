@@ -42,11 +42,20 @@ func Count(h map[string]any) int {
 }
 
 // AppendBatch appends to dst the body of a message carrying the encoded
-// orders bodies (each from Marshal): one order's body as it is, several as
-// a JSON array.
+// orders bodies (each from Marshal, or each from AppendLine): one order's
+// body as it is, several as a JSON array, or lines joined by "\n".
 func AppendBatch(dst []byte, bodies ...[]byte) []byte {
 	if len(bodies) == 1 {
 		return append(dst, bodies[0]...)
+	}
+	if len(bodies) > 0 && IsLines(bodies[0]) {
+		for i, b := range bodies {
+			if i > 0 {
+				dst = append(dst, '\n')
+			}
+			dst = append(dst, b...)
+		}
+		return dst
 	}
 	dst = append(dst, '[')
 	for i, b := range bodies {
@@ -59,12 +68,16 @@ func AppendBatch(dst []byte, bodies ...[]byte) []byte {
 }
 
 // Split returns the encoded orders a message body carries, each to be
-// decoded by Unmarshal: the body itself when it is one JSON object, the
-// elements when it is a JSON array of at least one. A body that is neither (not JSON, an empty array, an
+// decoded by Unmarshal: the lines of a body of the lines form (line.go),
+// the body itself when it is one JSON object, the elements when it is a
+// JSON array of at least one. A body that is neither (not JSON, an empty array, an
 // element that is not an object) is refused whole with an error wrapping
 // ErrMalformed; an element that is an object but not an order is for
 // Unmarshal to refuse, alone.
 func Split(body []byte) ([][]byte, error) {
+	if IsLines(body) {
+		return splitLines(body) // line.go
+	}
 	b := bytes.TrimLeft(body, " \t\r\n")
 	if len(b) == 0 || b[0] != '[' {
 		return [][]byte{body}, nil

@@ -138,10 +138,14 @@ func (o Order) Marshal() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// Unmarshal decodes and validates the wire form of an order. A message
-// without state is confirmed; one without pay_by (or 0) has none. Every
+// Unmarshal decodes and validates the wire form of an order, JSON or a line
+// (line.go). A JSON message without state is confirmed; one without pay_by
+// (or 0) has none. Every
 // error wraps ErrMalformed: a message that fails here fails every time.
 func Unmarshal(body []byte) (Order, error) {
+	if IsLines(body) {
+		return unmarshalLine(body) // line.go
+	}
 	var w wire
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&w); err != nil {

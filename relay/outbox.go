@@ -42,6 +42,7 @@ type outbox struct {
 	window     int // entries held at most
 	claimAfter time.Duration
 	poll       time.Duration
+	lines      bool // orders go out in the lines form (relay.wire), else JSON
 
 	ss       *sales
 	pollAt   time.Time           // when every sale is next read
@@ -62,7 +63,7 @@ func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, na
 	return &outbox{
 		loader: scripts.New(rdb, "", keys),
 		rdb:    rdb, keys: keys, log: log, name: name,
-		batch: c.Batch, window: c.MaxInFlight, claimAfter: c.ClaimAfter, poll: c.Poll,
+		batch: c.Batch, window: c.MaxInFlight, claimAfter: c.ClaimAfter, poll: c.Poll, lines: c.Wire != "json",
 		ss:      ss,
 		tracked: map[string]struct{}{},
 		acks:    map[string][]any{},
@@ -152,7 +153,12 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 			break
 		}
 		var body []byte
-		if body, err = ord.Marshal(); err != nil {
+		if o.lines {
+			body, err = ord.AppendLine(nil)
+		} else {
+			body, err = ord.Marshal()
+		}
+		if err != nil {
 			break
 		}
 		e.orderIDs = append(e.orderIDs, ord.OrderID)

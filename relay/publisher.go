@@ -227,8 +227,12 @@ func (p *publisher) send(m *message) error {
 		typ = order.TypeBatch
 	}
 	b := m.bounce()
+	ct := order.ContentType
+	if order.IsLines(m.body) {
+		ct = order.ContentTypeLines
+	}
 	err := p.ch.Publish(p.exchange, broker.RoutingKey, true, false, amqp.Publishing{
-		ContentType:   order.ContentType,
+		ContentType:   ct,
 		DeliveryMode:  amqp.Persistent,
 		MessageId:     b.orderID,
 		CorrelationId: b.entry, // the first order's entry, for matching a return (bounce)

@@ -123,8 +123,9 @@ func consumeUntil(t *testing.T, ch *amqp.Channel, queue string, want []string, t
 }
 
 // ordersOf decodes a message of one order or a batch and, when the relay
-// sent it, checks its properties: persistent, JSON, the type saying which, the
-// first order's id as message id.
+// sent it, checks its properties: persistent, the content type of its form
+// (lines, the default, or JSON), the type saying which, the first order's
+// id as message id.
 func ordersOf(t *testing.T, d amqp.Delivery) []order.Order {
 	t.Helper()
 	parts, err := order.Split(d.Body)
@@ -144,7 +145,11 @@ func ordersOf(t *testing.T, d amqp.Delivery) []order.Order {
 	if d.AppId != "flashgate" {
 		return os // a test's own message (publishFiller)
 	}
-	if d.MessageId != os[0].OrderID || d.CorrelationId == "" || d.ContentType != order.ContentType || d.DeliveryMode != amqp.Persistent || d.Type != typ {
+	ct := order.ContentType
+	if order.IsLines(d.Body) {
+		ct = order.ContentTypeLines
+	}
+	if d.MessageId != os[0].OrderID || d.CorrelationId == "" || d.ContentType != ct || d.DeliveryMode != amqp.Persistent || d.Type != typ {
 		t.Fatalf("message properties: id %q (first order %q), correlation id %q, content type %q, mode %d, type %q (%d orders)",
 			d.MessageId, os[0].OrderID, d.CorrelationId, d.ContentType, d.DeliveryMode, d.Type, len(os))
 	}
@@ -191,10 +196,15 @@ func TestPublishesThenDeletes(t *testing.T) {
 // up to relay.message_orders each, of one sale or several, and every entry
 // arrives once; with 1, every message is one order, as before batches.
 func TestMessagesCarryBatches(t *testing.T) {
-	for _, per := range []int{1, 50} {
-		t.Run(strconv.Itoa(per), func(t *testing.T) {
+	for _, tc := range []struct {
+		per  int
+		wire string
+	}{{1, "lines"}, {50, "lines"}, {50, "json"}} {
+		per := tc.per
+		t.Run(strconv.Itoa(per)+" "+tc.wire, func(t *testing.T) {
 			e := newEnv(t)
 			e.cfg.Relay.MessageOrders = per
+			e.cfg.Relay.Wire = tc.wire
 			want := append(e.addOrders("sale-a", 400), e.addOrders("sale-b", 200)...)
 			r, _ := e.startRelay("r1")
 			tag := "test-" + localstack.RandomHex(4)
@@ -210,6 +220,9 @@ func TestMessagesCarryBatches(t *testing.T) {
 				select {
 				case d := <-deliveries:
 					os := ordersOf(t, d)
+					if order.IsLines(d.Body) != (tc.wire == "lines") {
+						t.Fatalf("relay.wire %s sent %.40q", tc.wire, d.Body)
+					}
 					messages++
 					largest = max(largest, len(os))
 					for _, o := range os {
