@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,6 +146,9 @@ type costRun struct {
 	requests   int64              // buy requests sent
 	elsewhere  float64            // µs per order the machine's CPUs were busy outside the processes measured
 	unmarked   int64              // orders not marked created in Redis when CPU was read
+	profile    bool               // take the Go processes' profiles (the first run)
+	profiles   []profileTop       // the Go processes' profiles (the first run only)
+	profNotes  []string           // why a profile is missing
 	commands   map[string]cmdCost // Redis command → per order
 	bare       float64            // bare handler µs per request
 	bareClient float64            // load client µs per request against it
@@ -170,13 +174,13 @@ func (s *suite) measureCost(ctx context.Context) error {
 		retried []string
 	)
 	for i := range *costRuns {
-		r, err := s.costRun(ctx)
+		r, err := s.costRun(ctx, i == 0)
 		if err != nil && ctx.Err() == nil {
 			// The servers are shared: another user's test may restart
 			// one in the middle of a run. Once more, then give up.
 			fmt.Fprintf(os.Stderr, "cost run %d failed, once more: %v\n", i+1, err)
 			retried = append(retried, fmt.Sprintf("run %d: %v", i+1, err))
-			r, err = s.costRun(ctx)
+			r, err = s.costRun(ctx, i == 0)
 		}
 		if err != nil {
 			return fmt.Errorf("cost run %d: %w", i+1, err)
@@ -189,9 +193,10 @@ func (s *suite) measureCost(ctx context.Context) error {
 	return nil
 }
 
-// costRun is one run: a sale, then every baseline.
-func (s *suite) costRun(ctx context.Context) (*costRun, error) {
-	r := &costRun{}
+// costRun is one run: a sale, then every baseline; profile: with the Go
+// processes' profiles.
+func (s *suite) costRun(ctx context.Context, profile bool) (*costRun, error) {
+	r := &costRun{profile: profile}
 	if err := s.costSale(ctx, r, *costOrders, *costConsumers); err != nil {
 		return nil, fmt.Errorf("sale: %w", err)
 	}
@@ -341,6 +346,32 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 	wg.Go(func() { lastRow, pollErr = waitLedger(pctx, db, sale, int64(orders)) })
 	defer func() { stopPoll(); wg.Wait() }()
 
+	// The Go processes' profiles, in the middle of the first run's sale.
+	var profs sync.WaitGroup
+	if r.profile {
+		gwFile, consFile := filepath.Join(".run/bench", "cost-gateway.pprof"), filepath.Join(".run/bench", "cost-consumer.pprof")
+		profs.Go(func() {
+			if sleepCtx(ctx, time.Second) != nil {
+				return
+			}
+			var errs [2]error
+			var pw sync.WaitGroup
+			pw.Go(func() { errs[0] = takeProfile(ctx, "http://"+admin+"/admin/debug/pprof/profile", gwFile) })
+			pw.Go(func() { errs[1] = takeProfile(ctx, strings.TrimSuffix(metrics[0], "/metrics")+"/debug/pprof/profile", consFile) })
+			pw.Wait()
+			for i, t := range []profileTop{{proc: procGateway, file: gwFile}, {proc: procConsumer, file: consFile}} {
+				if errs[i] == nil {
+					t.rows, errs[i] = readTop(ctx, s.bin, t.file, 12)
+				}
+				if errs[i] != nil {
+					r.profNotes = append(r.profNotes, fmt.Sprintf("no %s profile: %v", t.proc, errs[i]))
+					continue
+				}
+				r.profiles = append(r.profiles, t)
+			}
+		})
+	}
+	defer profs.Wait()
 	rep, err := bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
 		Sale: sale, Stock: int64(orders), Users: orders * 2, Conns: s.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute})
 	if err != nil {
@@ -407,6 +438,7 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 	r.requests = rep.Requests
 	r.unmarked = int64(orders) - marked
 	r.commands = parseCommandStats(info, int64(orders))
+	profs.Wait()
 	return nil
 }
 
@@ -812,25 +844,25 @@ func costSection(runs []*costRun, retried []string, orders, consumers int, dur, 
 		v, bv      func(*costRun) float64
 		target     func(v, ratio float64) (string, bool)
 	}
-	atMost := func(limit float64) func(v, _ float64) (string, bool) {
-		return func(v, _ float64) (string, bool) { return fmt.Sprintf("≤ %.0f µs", limit), v <= limit }
+	// The targets are issue 22's: each stage within a small multiple of
+	// its own floor, the whole within 3.5× the bare handler.
+	ratioAtMost := func(limit float64, of string) func(_, ratio float64) (string, bool) {
+		return func(_, ratio float64) (string, bool) { return fmt.Sprintf("≤ %.2g× %s", limit, of), ratio <= limit }
 	}
 	proc := func(name string) func(*costRun) float64 { return func(r *costRun) float64 { return r.perOrder[name] } }
+	bare := func(r *costRun) float64 { return r.bare }
 	lines := []line{
-		{name: procGateway, v: proc(procGateway), base: "bare fasthttp handler, per request", bv: func(r *costRun) float64 { return r.bare }},
+		{name: procGateway, v: proc(procGateway), base: "bare fasthttp handler, per request", bv: bare, target: ratioAtMost(1.5, "its baseline")},
 		{name: procRedis, v: proc(procRedis), base: fmt.Sprintf("lean reserve script, %d per call, per reservation", leanPerCall),
-			bv: func(r *costRun) float64 { return r.lean }, target: atMost(8)},
+			bv: func(r *costRun) float64 { return r.lean }, target: ratioAtMost(1.5, "its baseline")},
 		{name: procRabbit, v: proc(procRabbit), base: "RabbitMQ alone, per message (publish with confirms + consume with acks)",
-			bv:     func(r *costRun) float64 { return r.broker },
-			target: func(_, ratio float64) (string, bool) { return "≤ 0.25× its baseline", ratio <= 0.25 }},
-		{name: fmt.Sprintf("%s (%d)", procConsumer, consumers), v: proc(procConsumer), target: atMost(5)},
+			bv: func(r *costRun) float64 { return r.broker }, target: ratioAtMost(0.25, "its baseline")},
+		{name: fmt.Sprintf("%s (%d)", procConsumer, consumers), v: proc(procConsumer), base: "bare fasthttp handler, per request",
+			bv: bare, target: ratioAtMost(0.25, "the bare handler")},
 		{name: procMariaDB, v: proc(procMariaDB), base: fmt.Sprintf("MariaDB alone, per row of %d-row INSERTs", mariaBatch),
-			bv: func(r *costRun) float64 { return r.mariadb }, target: atMost(6)},
+			bv: func(r *costRun) float64 { return r.mariadb }, target: ratioAtMost(1.3, "its baseline")},
 		{name: "**all servers**", v: func(r *costRun) float64 { return r.servers }, base: "bare fasthttp handler, per request",
-			bv: func(r *costRun) float64 { return r.bare },
-			target: func(v, ratio float64) (string, bool) {
-				return "≤ 40 µs and ≤ 4× its baseline", v <= 40 && ratio <= 4
-			}},
+			bv: bare, target: ratioAtMost(3.5, "its baseline")},
 		{name: procClient + " (this suite)", v: proc(procClient), base: "the same client against the bare handler, per request",
 			bv: func(r *costRun) float64 { return r.bareClient }},
 	}
@@ -857,8 +889,8 @@ func costSection(runs []*costRun, retried []string, orders, consumers int, dur, 
 	}
 	rate, rlo, rhi := median(runs, func(r *costRun) float64 { return r.rate })
 	pub, plo, phi := median(runs, func(r *costRun) float64 { return r.brokerPub })
-	fmt.Fprintf(&b, "| **orders/s**, first 202 → last MySQL row | %s | RabbitMQ alone: publish with confirms, msg/s | %s | %.2f× | ≥ 30000/s and ≥ 1.0× its baseline (%s) |\n",
-		spread(rate, rlo, rhi, "%.0f"), spread(pub, plo, phi, "%.0f"), rate/max(pub, 1), verdict(rate >= 30000 && rate >= pub))
+	fmt.Fprintf(&b, "| **orders/s**, first 202 → last MySQL row | %s | RabbitMQ alone: publish with confirms, msg/s | %s | %.2f× | ≥ 1.0× its baseline (%s) |\n",
+		spread(rate, rlo, rhi, "%.0f"), spread(pub, plo, phi, "%.0f"), rate/max(pub, 1), verdict(rate >= pub))
 
 	// Redis by command: the median of each command over the runs.
 	names := map[string]bool{}
@@ -929,5 +961,10 @@ func costSection(runs []*costRun, retried []string, orders, consumers int, dur, 
 		fmt.Fprintf(&b, "- Failed once and was run again: %s.\n", e)
 	}
 	fmt.Fprintf(&b, "- This part took %s (%d run(s)).\n", took.Round(time.Second), n)
+	for _, r := range runs {
+		if r.profile {
+			b.WriteString(profileSection(r.profiles, r.perOrder, r.profNotes))
+		}
+	}
 	return b.String()
 }
