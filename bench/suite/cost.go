@@ -357,7 +357,9 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 			var errs [2]error
 			var pw sync.WaitGroup
 			pw.Go(func() { errs[0] = takeProfile(ctx, "http://"+admin+"/admin/debug/pprof/profile", gwFile) })
-			pw.Go(func() { errs[1] = takeProfile(ctx, strings.TrimSuffix(metrics[0], "/metrics")+"/debug/pprof/profile", consFile) })
+			pw.Go(func() {
+				errs[1] = takeProfile(ctx, strings.TrimSuffix(metrics[0], "/metrics")+"/debug/pprof/profile", consFile)
+			})
 			pw.Wait()
 			for i, t := range []profileTop{{proc: procGateway, file: gwFile}, {proc: procConsumer, file: consFile}} {
 				if errs[i] == nil {
