@@ -40,6 +40,10 @@ func (s *Server) serveJoin(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		write(ctx, replyFor(err))
 		return
 	}
+	if rm := s.rooms.peek(saleB); rm != nil && rm.SoldOut {
+		write(ctx, replySoldOut) // a sale of buckets: its home cannot tell
+		return
+	}
 	if !s.limits.allow(saleB, now) {
 		writeRateLimited(ctx) // a join is a Redis call, as a buy is
 		return

@@ -41,8 +41,13 @@ func TestRoomBuyerTokens(t *testing.T) {
 	localstack.WaitFor(t, 5*time.Second, "alice admitted", func() bool {
 		return g.do("GET", g.base+"/v1/sales/jw/queue", "", with(tok("alice"), ticketHeader, ta)).status() == "admitted"
 	})
-	if r := g.do("GET", g.base+"/v1/sales/jw/queue", "", map[string]string{ticketHeader: ta}); r.code != 401 {
+	// A poll needs no token: the ticket is alice's already. One sent is
+	// checked.
+	if r := g.do("GET", g.base+"/v1/sales/jw/queue", "", map[string]string{ticketHeader: ta}); r.code != 200 || r.str("user_id") != "alice" {
 		t.Fatalf("poll without a token: %d %s", r.code, r.raw)
+	}
+	if r := g.do("GET", g.base+"/v1/sales/jw/queue", "", map[string]string{ticketHeader: ta, "Authorization": "Bearer nope"}); r.code != 401 {
+		t.Fatalf("poll with a bad token: %d %s", r.code, r.raw)
 	}
 	if r := g.do("GET", g.base+"/v1/sales/jw/queue", "", with(tok("bob"), ticketHeader, ta)); r.code != 403 || r.status() != "not_admitted" {
 		t.Fatalf("poll of alice's ticket as bob: %d %s", r.code, r.raw)

@@ -129,6 +129,18 @@ type roomLoad struct {
 	err  error
 }
 
+// peek returns what is held of the room of id, or nil, without reading
+// Redis.
+func (r *rooms) peek(id []byte) *sale.Room {
+	r.mu.RLock()
+	e := r.m[string(id)]
+	r.mu.RUnlock()
+	if e == nil {
+		return nil
+	}
+	return e.room.Load()
+}
+
 // read reads a sale's room from Redis, within the timeout.
 func (r *rooms) read(id string) (*sale.Room, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
