@@ -311,12 +311,22 @@ func TestBucketScriptFlushDuringBurst(t *testing.T) {
 	// A 503 promised nothing, but may have been sold (a reply lost) and may
 	// have left units in a move record for the settling pass: sell what is
 	// left, as a crowd that keeps coming would.
+	// Rounds of 32 buyers at once (one at a time, a slow machine sold a
+	// few a second and did not finish in time), until one hears sold out.
 	drained := 0
-	localstack.WaitFor(t, 20*time.Second, "the rest of the sale to sell", func() bool {
-		r := g.buy(sale, "d"+itoa(drained), 1, "")
-		drained++
-		o.add(t, r, "d"+itoa(drained-1))
-		return r.code == 410
+	localstack.WaitFor(t, 60*time.Second, "the rest of the sale to sell", func() bool {
+		var soldOut atomic.Bool
+		first := drained
+		saletest.Burst(32, 32, func(i int) {
+			user := "d" + itoa(first+i)
+			r := g.buy(sale, user, 1, "")
+			o.add(t, r, user)
+			if r.code == 410 {
+				soldOut.Store(true)
+			}
+		})
+		drained += 32
+		return soldOut.Load()
 	})
 	l := checkBuckets(t, g, sale)
 	_, units := o.accepted()

@@ -33,7 +33,11 @@ import (
 //
 // It is safe for concurrent use.
 type rooms struct {
-	load    func(ctx context.Context, sale string) (*sale.Room, error)
+	// first reads a room a request waits for (no script: a Redis whose
+	// script cache is being reloaded answers it), again the background's
+	// reads (a script call, which seals a random room's pre-queue and sums
+	// a sale of buckets for sold out).
+	first, again func(ctx context.Context, sale string) (*sale.Room, error)
 	timeout time.Duration
 	log     *zap.Logger
 	now     func() time.Time
@@ -64,8 +68,8 @@ const (
 	maxRefreshing = 256 // reads per tick, one after another
 )
 
-func newRooms(load func(ctx context.Context, sale string) (*sale.Room, error), timeout time.Duration, log *zap.Logger) *rooms {
-	return &rooms{load: load, timeout: timeout, log: log, now: time.Now, m: map[string]*roomEntry{},
+func newRooms(first, again func(ctx context.Context, sale string) (*sale.Room, error), timeout time.Duration, log *zap.Logger) *rooms {
+	return &rooms{first: first, again: again, timeout: timeout, log: log, now: time.Now, m: map[string]*roomEntry{},
 		wake: make(chan struct{}, 1)}
 }
 
@@ -113,7 +117,7 @@ func (r *rooms) get(id []byte, now time.Time) (*sale.Room, *roomEntry, error) {
 	}
 	if rm := e.room.Load(); rm != nil && (rm.Mode != sale.RoomOff || ms-e.loaded.Load() < noRoomTTL.Milliseconds()) {
 		l.rm = rm // read by a request that finished as this one began
-	} else if l.rm, l.err = r.read(string(id)); l.err == nil {
+	} else if l.rm, l.err = r.read(r.first, string(id)); l.err == nil {
 		r.store(e, l.rm, r.now())
 	}
 	close(l.done)
@@ -141,11 +145,11 @@ func (r *rooms) peek(id []byte) *sale.Room {
 	return e.room.Load()
 }
 
-// read reads a sale's room from Redis, within the timeout.
-func (r *rooms) read(id string) (*sale.Room, error) {
+// read reads a sale's room from Redis with load, within the timeout.
+func (r *rooms) read(load func(ctx context.Context, sale string) (*sale.Room, error), id string) (*sale.Room, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	rm, err := r.load(ctx, id)
+	rm, err := load(ctx, id)
 	if errors.Is(err, sale.ErrNotFound) {
 		return noSale, nil
 	}
@@ -274,7 +278,7 @@ func (r *rooms) refresh(ctx context.Context) {
 			return
 		}
 		at := r.now()
-		rm, err := r.read(id)
+		rm, err := r.read(r.again, id)
 		if err != nil {
 			if ce := r.log.Check(zap.DebugLevel, "waiting room: read failed; answering from memory"); ce != nil {
 				ce.Write(zap.String("sale_id", id), zap.Error(err))

@@ -94,7 +94,7 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		maxBody: cfg.HTTP.MaxBodyBytes,
 		timeout: cfg.Redis.Timeout,
 	}
-	s.rooms = newRooms(s.sales.Room, s.timeout, s.log)
+	s.rooms = newRooms(s.sales.RoomOf, s.sales.Room, s.timeout, s.log)
 	s.metrics = newGatewayMetrics(s)
 	if s.reload == nil {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }

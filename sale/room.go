@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -123,6 +124,41 @@ func (s *Store) Room(ctx context.Context, sale string) (*Room, error) {
 		return nil, err
 	}
 	return newRoom(v.ID, v.StartsAt, v.EndsAt, v.Room, v.Remaining() <= 0)
+}
+
+// RoomOf reads the waiting room of sale with one HMGET of its meta hash,
+// no script: a request that waits for it must not wait on a script cache
+// being reloaded (Room, a script call, seals a random room's pre-queue and
+// sums a sale of buckets; the gateway reads rooms with it in the
+// background). A sale of several buckets is never SoldOut here. It returns
+// ErrNotFound or an error wrapping ErrUnavailable.
+func (s *Store) RoomOf(ctx context.Context, sale string) (*Room, error) {
+	m, err := s.rdb.HMGet(ctx, s.keys.Meta(sale), "stock", "sold", "starts", "ends", "buckets",
+		"wr", "aps", "pass", "joined", "preq", "qv", "qt", "qh", "born", "wkey").Result()
+	if err != nil {
+		return nil, fmt.Errorf("room %s: %w: %w", sale, ErrUnavailable, err)
+	}
+	if m[0] == nil {
+		return nil, ErrNotFound
+	}
+	num := func(i int, def int64) int64 {
+		str, _ := m[i].(string)
+		if n, err := strconv.ParseInt(str, 10, 64); err == nil {
+			return n
+		}
+		return def
+	}
+	starts := num(2, 0)
+	w := scripts.Room{Mode: num(5, RoomOff), Rate: num(6, DefaultAdmitPerSecond), Pass: num(7, DefaultPassSeconds),
+		Joined: num(8, 0), Prequeue: num(9, -1), Version: num(10, 0), At: num(11, -1), Head: num(12, 0)}
+	if w.At < 0 { // no anchor set: the window's start, or the sale's creation (queue.lua)
+		w.At, w.Head = starts, 0
+		if starts == 0 {
+			w.At = num(13, 0)
+		}
+	}
+	w.Key, _ = m[14].(string)
+	return newRoom(sale, starts, num(3, 0), w, num(4, 1) <= 1 && num(0, 0)-num(1, 0) <= 0)
 }
 
 // newRoom is the Room of a script's reply.
