@@ -38,9 +38,9 @@ type rooms struct {
 	// reads (a script call, which seals a random room's pre-queue and sums
 	// a sale of buckets for sold out).
 	first, again func(ctx context.Context, sale string) (*sale.Room, error)
-	timeout time.Duration
-	log     *zap.Logger
-	now     func() time.Time
+	timeout      time.Duration
+	log          *zap.Logger
+	now          func() time.Time
 
 	mu sync.RWMutex
 	m  map[string]*roomEntry
