@@ -109,10 +109,14 @@ type Room struct {
 // places given. A random room admits no one before its pre-queue is
 // sealed.
 func (r *Room) Admitted(now int64) int64 {
-	if r.Mode == RoomOff || r.Mode == RoomRandom && r.Prequeue < 0 {
+	return admitted(r.Mode, r.Prequeue, r.Joined, r.Clock, now)
+}
+
+func admitted(mode, prequeue, joined int64, c Clock, now int64) int64 {
+	if mode == RoomOff || mode == RoomRandom && prequeue < 0 {
 		return 0
 	}
-	return min(r.Clock.HeadAt(now), r.Joined)
+	return min(c.HeadAt(now), joined)
 }
 
 // Room reads the waiting room of sale (one admin get, which seals a random

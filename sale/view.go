@@ -26,11 +26,8 @@ type View struct {
 
 // Admitted is the number of buyers the waiting room has let in at Now.
 func (v *View) Admitted() int64 {
-	r, err := newRoom(v.ID, v.StartsAt, v.EndsAt, v.Room, false)
-	if err != nil {
-		return 0
-	}
-	return r.Admitted(v.Now)
+	w := v.Room
+	return admitted(w.Mode, w.Prequeue, w.Joined, Clock{Version: w.Version, At: w.At, Head: w.Head, Rate: w.Rate}, v.Now)
 }
 
 // Remaining is stock not yet sold.

@@ -140,18 +140,7 @@ func TestRoomGatewayKill9(t *testing.T) {
 		t.Fatalf("%d buys accepted, want %d (the stock)", len(accepted), roomStock)
 	}
 	s.checkExactlyOnce(sale, accepted)
-	owners, units := mysqlOwners(t, s, sale)
-	for id, user := range owners {
-		if got, ok := accepted[id]; !ok || got != user {
-			t.Fatalf("order %s of %s is in MySQL; the buyers were given it: %v (%q)", id, user, ok, got)
-		}
-	}
-	for user, n := range units {
-		if n > 1 {
-			t.Fatalf("%s holds %d units in MySQL, limit 1", user, n)
-		}
-	}
-	s.checkLimit(sale, 1, nil)
+	checkRoomOrders(t, s, sale, accepted)
 	s.checkNoDrift(sale)
 
 	roomCheckPrefix(t, gs[1:], c)
@@ -272,18 +261,7 @@ func TestRoomRedisRestart(t *testing.T) {
 	}
 	s.waitDrained(sale, 2*time.Minute)
 	s.checkExactlyOnce(sale, accepted)
-	owners, units := mysqlOwners(t, s, sale)
-	for id, user := range owners {
-		if got, ok := accepted[id]; !ok || got != user {
-			t.Fatalf("order %s of %s is in MySQL; the buyers were given it: %v (%q)", id, user, ok, got)
-		}
-	}
-	for user, u := range units {
-		if u > 1 {
-			t.Fatalf("%s holds %d units in MySQL, limit 1", user, u)
-		}
-	}
-	s.checkLimit(sale, 1, nil)
+	checkRoomOrders(t, s, sale, accepted)
 	s.checkNoDrift(sale)
 	roomCheckPrefix(t, gs, c)
 }

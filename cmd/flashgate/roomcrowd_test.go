@@ -699,3 +699,22 @@ func checkJoinOrder(t *testing.T, buyers []*roomBuyer) {
 		}
 	}
 }
+
+// checkRoomOrders checks a room's sale against MySQL: every row is an
+// order a buyer was given (accepted: order id → user), nobody holds more
+// than the limit of 1, in MySQL and in Redis.
+func checkRoomOrders(t *testing.T, s *stack, sale string, accepted map[string]string) {
+	t.Helper()
+	owners, units := mysqlOwners(t, s, sale)
+	for id, user := range owners {
+		if got, ok := accepted[id]; !ok || got != user {
+			t.Fatalf("order %s of %s is in MySQL; the buyers were given it: %v (%q)", id, user, ok, got)
+		}
+	}
+	for user, n := range units {
+		if n > 1 {
+			t.Fatalf("%s holds %d units in MySQL, limit 1", user, n)
+		}
+	}
+	s.checkLimit(sale, 1, nil)
+}

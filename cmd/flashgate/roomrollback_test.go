@@ -114,18 +114,7 @@ func TestRoomRedisRollback(t *testing.T) {
 
 	s.waitSettled(sale, 2*time.Minute)
 	s.checkExactlyOnce(sale, accepted)
-	owners, units := mysqlOwners(t, s, sale)
-	for id, user := range owners {
-		if got, ok := accepted[id]; !ok || got != user {
-			t.Fatalf("order %s of %s is in MySQL; the buyers were given it: %v (%q)", id, user, ok, got)
-		}
-	}
-	for user, u := range units {
-		if u > 1 {
-			t.Fatalf("%s holds %d units in MySQL, limit 1", user, u)
-		}
-	}
-	s.checkLimit(sale, 1, nil)
+	checkRoomOrders(t, s, sale, accepted)
 	if v := roomAdmin(t, g, sale); v.Sold != int64(len(accepted)) || v.Stock != stock {
 		t.Fatalf("admin view at the end: %+v, want sold %d", v, len(accepted))
 	}
