@@ -33,15 +33,25 @@ func TestClosedSaleShortCircuit(t *testing.T) {
 		}
 		return errors.Is(g.srv.closed.get([]byte("so"), time.Now()), sale.ErrSoldOut)
 	})
-	calls := g.loader.Stats().Calls
-	for i := 0; i < 100; i++ {
-		if r := g.buy("so", fmt.Sprintf("late%d", i), 1, ""); r.code != 410 || r.status() != "sold_out" {
-			t.Fatalf("sold out from memory: %d %s", r.code, r.raw)
+	// 100 buys make no script call. An announcement heard meanwhile (the
+	// creation's, late under load: CI saw one call) forgets the sale
+	// rightly, so such a round is not counted and is sent again.
+	localstack.WaitFor(t, 20*time.Second, "100 buys without an announcement among them", func() bool {
+		epoch, calls := g.srv.closed.epoch.Load(), g.loader.Stats().Calls
+		for i := 0; i < 100; i++ {
+			if r := g.buy("so", fmt.Sprintf("late%d", i), 1, ""); r.code != 410 || r.status() != "sold_out" {
+				t.Fatalf("sold out from memory: %d %s", r.code, r.raw)
+			}
 		}
-	}
-	if n := g.loader.Stats().Calls - calls; n != 0 {
-		t.Errorf("%d script calls for 100 buys of a sold-out sale; want 0", n)
-	}
+		n := g.loader.Stats().Calls - calls
+		if g.srv.closed.epoch.Load() != epoch {
+			return false
+		}
+		if n != 0 {
+			t.Fatalf("%d script calls for 100 buys of a sold-out sale; want 0", n)
+		}
+		return true
+	})
 	// A malformed request is still a 400: shape comes first.
 	if r := g.do("POST", g.base+"/v1/sales/so/orders", `{"user_id":"x","quantity":0}`, nil); r.code != 400 {
 		t.Errorf("bad quantity on a sold-out sale: %d %s", r.code, r.raw)
