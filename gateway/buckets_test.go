@@ -285,7 +285,7 @@ func TestBucketRestock(t *testing.T) {
 // the calls that meet NOSCRIPT: no oversell, no 5xx but 503, and the
 // records add up; the sale then sells out exactly.
 func TestBucketScriptFlushDuringBurst(t *testing.T) {
-	g := startGateway(t)
+	g := startGateway(t, onOwnRedis(t))
 	const sale, stock = "bflush", 300
 	g.mustSale(sale, `{"stock":300,"per_user_limit":1,"buckets":3}`)
 	before := g.loader.Stats().NoScript

@@ -107,7 +107,7 @@ func TestAnnouncementsFromEveryPrimary(t *testing.T) {
 // outcome of the sale, none is 5xx, exactly the stock is sold on every
 // sale, and Redis's records add up (invariant 1).
 func TestScriptFlushEveryPrimary(t *testing.T) {
-	g := startGateway(t)
+	g := startGateway(t, onOwnRedis(t))
 	sales := spreadSales(t, g, "fl", 3)
 	const stock = 40
 	for _, sale := range sales {

@@ -58,6 +58,15 @@ type testGateway struct {
 
 type gwOption func(*config.Config)
 
+// onOwnRedis runs the gateway on a Redis of the test's own, of the shared
+// one's shape (localstack.OwnRedis): for a test that empties every script
+// cache again and again, which would meet the calls of the packages
+// tested beside this one on the shared server.
+func onOwnRedis(t testing.TB) gwOption {
+	addrs := localstack.OwnRedis(t)
+	return func(c *config.Config) { c.Redis.Addrs = addrs }
+}
+
 // redisAddr is FLASHGATE_REDIS_ADDRS as the tests read it
 // (localstack.RedisAddrs): one address, or several for a Redis Cluster.
 func redisAddr() string { return strings.Join(localstack.RedisAddrs, ",") }

@@ -49,7 +49,7 @@ func runBurstWith(t *testing.T, g *testGateway, sale string, times int, op func(
 // handled by loading the set again (hold pass first: a flush is no restart,
 // so nothing is held), and no buy gets a 5xx.
 func TestScriptFlushDuringBurst(t *testing.T) {
-	g := startGateway(t)
+	g := startGateway(t, onOwnRedis(t))
 	before := g.loader.Stats().NoScript
 	runBurstWith(t, g, "flush", 20, func() {
 		if err := g.rdb.ScriptFlush(context.Background()).Err(); err != nil {

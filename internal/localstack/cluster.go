@@ -177,3 +177,32 @@ func ClusterHealthy(info string, n int) bool {
 	}
 	return len(want) == 0
 }
+
+// OwnRedis starts a Redis of the test's own shaped as the shared one of
+// the run (FLASHGATE_REDIS_ADDRS): one redis-server, or a cluster of three
+// primaries under `make test-cluster`, stopped when the test ends; it
+// returns the addresses a client is given. A test that disturbs what the
+// whole server shares, as SCRIPT FLUSH in a loop does to every script
+// cache, runs on it: test packages run side by side on the shared one,
+// and another package's calls would meet the storm too.
+func OwnRedis(tb testing.TB) []string {
+	tb.Helper()
+	if !Cluster() {
+		return []string{PrivateRedis(tb, RedisOptions{Dir: tb.TempDir()}).Addr}
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatalf("no redis-server on PATH (make up installs it): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := StartRedisCluster(ctx, ClusterOptions{Dir: tb.TempDir(), Primaries: len(RedisAddrs)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return c.Addrs()
+}
