@@ -375,6 +375,13 @@ func TestMigrateAddsSeqInPlace(t *testing.T) {
 		WHERE table_schema = DATABASE() AND table_name = 'orders' AND index_name = 'orders_sale_seq'`).Scan(&index); err != nil || index != "sale_id,seq" {
 		t.Fatalf("index orders_sale_seq on %q (%v), want sale_id,seq", index, err)
 	}
+	// Every index an insert pays for, and no other: orders_sale (sale_id)
+	// went in version 7, orders_sale_seq serving its reads.
+	var indexes string
+	if err := db.QueryRow(`SELECT GROUP_CONCAT(DISTINCT index_name ORDER BY index_name = 'PRIMARY' DESC, index_name) FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'orders'`).Scan(&indexes); err != nil || indexes != "PRIMARY,orders_sale_seq" {
+		t.Fatalf("indexes of orders after the upgrade: %q (%v), want PRIMARY,orders_sale_seq", indexes, err)
+	}
 	if s, err := orderdb.MaxSeq(ctx, db, "m"); err != nil || s != 0 {
 		t.Fatalf("MaxSeq after the upgrade = %d, %v; want 0", s, err)
 	}
