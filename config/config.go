@@ -230,6 +230,10 @@ type Relay struct {
 	Wire          string // "lines" or "json": the form of the orders in a message (package order)
 	ClaimAfter    time.Duration
 	Poll          time.Duration
+	// Linger is how long the relay waits after a read of the outbox that
+	// found entries before the next read, so that a read and a message
+	// carry the orders of many script calls.
+	Linger time.Duration
 }
 
 // Consumer configures the RabbitMQ → MySQL consumer.

@@ -218,6 +218,8 @@ var settings = []setting{
 		func(c *Config) *time.Duration { return &c.Relay.ClaimAfter }),
 	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "longest wait of the relay for new outbox entries", time.Millisecond, time.Minute,
 		func(c *Config) *time.Duration { return &c.Relay.Poll }),
+	durSetting("FLASHGATE_RELAY_LINGER", "relay.linger", "5ms", "after a read of the outbox that found orders, the relay waits this long before reading again, so that one read and one message carry the orders of many buys (a read that came back full is followed at once; the first order after a quiet spell is read at once); 0: read after every write", 0, time.Second,
+		func(c *Config) *time.Duration { return &c.Relay.Linger }),
 	{env: "FLASHGATE_CONSUMER_METRICS_ADDR", key: "consumer.metrics_addr", def: "",
 		doc: "listener of the consumer's /metrics, /healthz and profiles (/debug/pprof/; keep it on an internal address) (empty: none)",
 		set: func(c *Config, v string) error {

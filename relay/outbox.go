@@ -43,6 +43,7 @@ type outbox struct {
 	claimAfter time.Duration
 	poll       time.Duration
 	lines      bool // orders go out in the lines form (relay.wire), else JSON
+	full       bool // the last read came back full for some sale: more wait
 
 	ss       *sales
 	pollAt   time.Time           // when every sale is next read
@@ -189,6 +190,7 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 		o.ss.pollAll()
 		o.pollAt = now.Add(o.poll)
 	}
+	o.full = false
 	budget := o.room()
 	picked := o.ss.takeHot(budget)
 	if len(picked) == 0 {
@@ -239,6 +241,7 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 			s.active = now
 			if int64(len(st.Messages)) == count {
 				o.ss.setHot(s, true)
+				o.full = true
 			}
 			for _, m := range st.Messages {
 				if !o.track(s.id, m.ID) {

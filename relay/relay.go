@@ -159,8 +159,9 @@ type Relay struct {
 	// goroutine.
 	look, scan, read, claim, remove job
 	claimEvery                      time.Duration
-	lookOK, scanOK                  bool     // the last look and scan step succeeded
-	noted                           []string // notices taken
+	linger                          time.Duration // relay.linger: the wait after a read that found entries
+	lookOK, scanOK                  bool          // the last look and scan step succeeded
+	noted                           []string      // notices taken
 }
 
 // New validates the settings and returns a relay. It connects to nothing
@@ -169,7 +170,7 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 	if deps.Redis == nil {
 		return nil, errors.New("relay: no Redis client")
 	}
-	if cfg.Relay.Batch < 1 || cfg.Relay.MaxInFlight < 1 || cfg.Relay.MessageOrders < 1 || cfg.Relay.ClaimAfter <= 0 || cfg.Relay.Poll <= 0 {
+	if cfg.Relay.Batch < 1 || cfg.Relay.MaxInFlight < 1 || cfg.Relay.MessageOrders < 1 || cfg.Relay.ClaimAfter <= 0 || cfg.Relay.Poll <= 0 || cfg.Relay.Linger < 0 {
 		return nil, fmt.Errorf("relay: bad settings %+v", cfg.Relay)
 	}
 	if cfg.AMQP.URL == "" || cfg.AMQP.Exchange == "" || cfg.AMQP.Queue == "" {
@@ -207,6 +208,7 @@ func New(cfg *config.Config, deps Deps) (*Relay, error) {
 		read:       job{bo: retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}},
 		remove:     job{bo: retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}},
 		claimEvery: max(cfg.Relay.ClaimAfter/2, cfg.Relay.Poll),
+		linger:     cfg.Relay.Linger,
 	}
 	r.pub = newPublisher(cfg.AMQP.Exchange, cfg.Relay.MaxInFlight, cfg.Relay.MessageOrders, r.ob.confirmed)
 	r.loop = broker.Loop{

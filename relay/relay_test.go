@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -655,4 +656,55 @@ func TestRelaysStateSnapshots(t *testing.T) {
 		}
 	}
 	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty(sale) })
+}
+
+// relay.linger: after a read that found orders, the relay reads again only
+// once the linger has passed, so that the entries of the buys that came
+// meanwhile (each a script call of its own, noticed at once) leave in one
+// read and one message; the first entry after a quiet spell is read at
+// once, alone.
+func TestLingerGathersEntries(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Relay.Linger = time.Second // far longer than the writes below take
+	e.cfg.Relay.Poll = time.Hour     // only notices start reads
+	r, _ := e.startRelay("r1")
+	tag := "test-" + localstack.RandomHex(4)
+	deliveries, err := e.ch.Consume(e.cfg.AMQP.Queue, tag, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.ch.Cancel(tag, false) }()
+	next := func() []order.Order {
+		t.Helper()
+		select {
+		case d := <-deliveries:
+			return ordersOf(t, d)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no message within 30 s")
+			return nil
+		}
+	}
+
+	first := e.addBatches("lg", 1, 1)
+	r.Wrote("lg")
+	if got := next(); len(got) != 1 || got[0].OrderID != first[0] {
+		t.Fatalf("first message: %d orders, want the one entry alone", len(got))
+	}
+	var rest []string
+	for range 5 {
+		rest = append(rest, e.addBatches("lg", 1, 1)...)
+		r.Wrote("lg")
+		time.Sleep(20 * time.Millisecond) // each its own buy: without the linger, its own read
+	}
+	got := next()
+	ids := make([]string, len(got))
+	for i, o := range got {
+		ids[i] = o.OrderID
+	}
+	if !slices.Equal(ids, rest) {
+		t.Fatalf("second message: %v, want the five entries written during the linger together %v", ids, rest)
+	}
+	if s := r.Stats(); s.Messages != 2 {
+		t.Errorf("stats: %d messages, want 2", s.Messages)
+	}
 }

@@ -67,7 +67,15 @@ func (r *Relay) serve(ctx context.Context, s *broker.Session) error {
 			case len(batch) == 0:
 				r.read.done(now, 0) // the outbox schedules the next (nextRead)
 			default:
-				r.read.done(now, 0)
+				// The next read lingers, unless this one left entries
+				// behind: at a sale's pace, orders gather meanwhile, and
+				// one read and one message carry them all (RabbitMQ's
+				// cost is mostly per message).
+				wait := r.linger
+				if r.ob.full {
+					wait = 0
+				}
+				r.read.done(now, wait)
 				if err := r.pub.sendAll(batch); err != nil {
 					return err
 				}
