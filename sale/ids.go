@@ -8,28 +8,43 @@ import (
 	"encoding/hex"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// orderIDs makes order ids that are unique and that nobody can guess from
-// another: the order status endpoint answers anyone who knows an id, so an id
-// one step from a buyer's own must not be someone else's order.
+// orderIDs makes order ids that are unique, that nobody can guess from
+// another, and that sort by the time they were made.
 //
-// An id is a 128-bit counter block encrypted with AES-128 under a key drawn
-// from crypto/rand when the process starts, in hex (32 characters, within
-// order.ValidID). AES under a fixed key is a permutation, so distinct counter
-// values give distinct ids within the process, never by chance; without the
-// key, an id tells nothing of the next one (all 128 bits are unpredictable).
-// Ids of two processes (or of one before and after a restart) come from
-// independent keys and collide with probability about n²/2¹²⁹ for n ids
-// (and the reserve script refuses an id it holds for another user). One
-// block encryption costs tens of nanoseconds and no system call, so it stays
-// on the buy path where a crypto/rand read per id would not.
+// Unguessable: the order status endpoint answers anyone who knows an id, so
+// an id one step from a buyer's own must not be someone else's order. The
+// last 80 bits of an id are the first 80 bits of a 128-bit counter block
+// encrypted with AES-128 under a key drawn from crypto/rand when the
+// process starts: without the key they tell nothing of the next id's.
+//
+// Sorted by time: the first 48 bits are the Unix time in milliseconds, so
+// that MySQL's primary key (order_id) takes each new row at its right edge,
+// as it takes an auto-increment, instead of at a random page of the whole
+// table: random ids cost MariaDB about 1.4 times the CPU per inserted row
+// of ordered ones in the same batches, more as the table outgrows memory.
+// The time is no secret: it is the order's own reserved_at, within a few
+// milliseconds, and only the holder of the id sees it.
+//
+// Unique: AES under a fixed key is a permutation, so distinct counter
+// values give distinct blocks; two of their 80-bit prefixes meet with
+// probability about n²/2⁸¹ for n ids made within one millisecond, as do
+// ids of two processes (or of one before and after a restart), whose keys
+// are independent. The reserve script refuses an id it holds for another
+// order (503, nothing promised). One block encryption costs tens of
+// nanoseconds and no system call, so it stays on the buy path where a
+// crypto/rand read per id would not.
 //
 // The id is chosen before the reservation is sent to Redis, so that a retried
-// call carries the same id and the script can recognise it.
+// call carries the same id and the script can recognise it. It is 32 hex
+// characters, within order.ValidID, as before the time prefix: ids of both
+// forms live side by side.
 type orderIDs struct {
 	block cipher.Block
 	n     atomic.Uint64
+	now   func() time.Time // time.Now; tests set their own clock
 	// blocks lends scratch blocks to next: cipher.Block is an interface, so
 	// a block on next's stack would escape to the heap on every call.
 	blocks sync.Pool
@@ -48,10 +63,13 @@ func newOrderIDs() (*orderIDs, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &orderIDs{block: block}
+	g := &orderIDs{block: block, now: time.Now}
 	g.blocks.New = func() any { return new([aes.BlockSize]byte) }
 	return g, nil
 }
+
+// timeBytes is how many leading bytes of an id hold its millisecond.
+const timeBytes = 6
 
 // next returns a new id of orderIDLen hex characters. It is safe for
 // concurrent use and allocates only the string it returns.
@@ -62,8 +80,16 @@ func (g *orderIDs) next() string {
 	binary.BigEndian.PutUint64(blk[:8], 0)
 	binary.BigEndian.PutUint64(blk[8:], g.n.Add(1))
 	g.block.Encrypt(blk[:], blk[:])
-	var out [orderIDLen]byte
-	hex.Encode(out[:], blk[:])
+	// The millisecond in front, big-endian (so the hex sorts as the time
+	// does), then the cipher block's first 80 bits.
+	var id [aes.BlockSize]byte
+	ms := uint64(g.now().UnixMilli())
+	for i := range timeBytes {
+		id[i] = byte(ms >> (8 * (timeBytes - 1 - i)))
+	}
+	copy(id[timeBytes:], blk[:])
 	g.blocks.Put(blk)
+	var out [orderIDLen]byte
+	hex.Encode(out[:], id[:])
 	return string(out[:])
 }

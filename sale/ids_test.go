@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/bits"
 	"testing"
+	"time"
 
 	"github.com/flashgate/flashgate/order"
 )
@@ -39,9 +41,9 @@ func TestOrderIDsUnique(t *testing.T) {
 }
 
 // A buyer who knows their own order id must learn nothing of the next
-// buyer's: consecutive ids look like independent random strings. Each bound
-// below is many standard deviations from what random ids give, and a counter
-// in any part of the id breaks it.
+// buyer's: past the time prefix, consecutive ids look like independent
+// random strings. Each bound below is many standard deviations from what
+// random ids give, and a counter in any part after the prefix breaks it.
 func TestOrderIDsCannotBeStepped(t *testing.T) {
 	const n = 20_000
 	g := mustOrderIDs(t)
@@ -55,8 +57,13 @@ func TestOrderIDsCannotBeStepped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("id %q is not hex: %v", ids[0], err)
 	}
-	if len(raw)*8 < 96 {
-		t.Fatalf("id %q carries %d bits, want at least 96", ids[0], len(raw)*8)
+	if bits := (len(raw) - timeBytes) * 8; bits < 80 {
+		t.Fatalf("id %q carries %d unpredictable bits, want at least 80", ids[0], bits)
+	}
+	// What follows looks at the unpredictable part alone.
+	secret := make([]string, n)
+	for i, id := range ids {
+		secret[i] = id[2*timeBytes:]
 	}
 
 	// Adding or subtracting one, as an attacker would, never gives an id
@@ -79,8 +86,8 @@ func TestOrderIDsCannotBeStepped(t *testing.T) {
 	var flipped, prefix, longest int
 	nbits := 0
 	for i := 1; i < n; i++ {
-		a, errA := hex.DecodeString(ids[i-1])
-		b, errB := hex.DecodeString(ids[i])
+		a, errA := hex.DecodeString(secret[i-1])
+		b, errB := hex.DecodeString(secret[i])
 		if errA != nil || errB != nil || len(a) != len(b) {
 			t.Fatalf("ids %q and %q are not hex of one length", ids[i-1], ids[i])
 		}
@@ -88,7 +95,7 @@ func TestOrderIDsCannotBeStepped(t *testing.T) {
 			flipped += bits.OnesCount8(a[j] ^ b[j])
 		}
 		nbits += 8 * len(a)
-		p := commonPrefix(ids[i-1], ids[i])
+		p := commonPrefix(secret[i-1], secret[i])
 		prefix += p
 		longest = max(longest, p)
 	}
@@ -102,15 +109,38 @@ func TestOrderIDsCannotBeStepped(t *testing.T) {
 		t.Errorf("two consecutive ids share %d leading characters", longest)
 	}
 
-	// No position of the id is fixed: each takes every hex digit.
-	for pos := 0; pos < len(ids[0]); pos++ {
+	// No position after the prefix is fixed: each takes every hex digit.
+	for pos := 0; pos < len(secret[0]); pos++ {
 		digits := map[byte]bool{}
-		for _, id := range ids {
+		for _, id := range secret {
 			digits[id[pos]] = true
 		}
 		if len(digits) < 16 {
 			t.Errorf("position %d of the id takes only %d values over %d ids", pos, len(digits), n)
 		}
+	}
+}
+
+// Ids sort as the times they were made, to the millisecond, whatever their
+// random part: MySQL's primary key takes each new row at its right edge.
+// The prefix is the Unix millisecond in hex.
+func TestOrderIDsSortByTime(t *testing.T) {
+	g := mustOrderIDs(t)
+	at := time.UnixMilli(1_800_000_000_123)
+	g.now = func() time.Time { return at }
+	var prev string
+	for i := range 2000 {
+		if i%10 == 0 {
+			at = at.Add(time.Millisecond)
+		}
+		id := g.next()
+		if want := fmt.Sprintf("%012x", at.UnixMilli()); id[:2*timeBytes] != want {
+			t.Fatalf("id %s at %d ms: prefix %s, want %s", id, at.UnixMilli(), id[:2*timeBytes], want)
+		}
+		if i%10 == 0 && prev >= id {
+			t.Fatalf("id %s of a later millisecond sorts before %s", id, prev)
+		}
+		prev = id
 	}
 }
 
