@@ -32,6 +32,14 @@ const lineFields = 10
 // linePrefix starts every line: the version field and its tab.
 var linePrefix = []byte("1\t")
 
+// LineSize is an upper bound of the bytes AppendLine appends for o, for a
+// caller that sizes one buffer for the lines of many orders.
+func LineSize(o Order) int {
+	// Four numbers of at most 20 characters each (int64, with a sign), nine
+	// tabs, the prefix and the longest state.
+	return len(linePrefix) + len(o.OrderID) + len(o.SaleID) + len(o.UserID) + len(o.IdemKey) + 4*20 + 9 + len(StatePendingPayment)
+}
+
 // AppendLine appends to dst the line of o after validating it. The error
 // wraps ErrMalformed; nothing is appended then.
 func (o Order) AppendLine(dst []byte) ([]byte, error) {

@@ -3,6 +3,7 @@ package order
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,29 @@ func TestLineRoundTrip(t *testing.T) {
 				t.Fatalf("part %d: %+v, %v", i, o, err)
 			}
 		}
+	}
+}
+
+// LineSize bounds what AppendLine appends, for the widest values a valid
+// order can hold: the relay sizes one buffer per outbox entry by it.
+func TestLineSizeBounds(t *testing.T) {
+	wide := Order{OrderID: strings.Repeat("o", 64), SaleID: strings.Repeat("s", 64), UserID: strings.Repeat("u", 64),
+		Quantity: MaxQuantity, ReservedAt: time.UnixMilli(math.MaxInt64 / 1_000_000).UTC(), State: StatePendingPayment,
+		PayBy: time.UnixMilli(math.MaxInt64 / 1_000_000).UTC(), Seq: math.MaxInt64, IdemKey: strings.Repeat("k", 128)}
+	for _, o := range append(sampleOrders(), wide) {
+		if o.Validate() != nil {
+			continue
+		}
+		line, err := o.AppendLine(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(line) > LineSize(o) {
+			t.Errorf("line of %d bytes, LineSize %d: %q", len(line), LineSize(o), line)
+		}
+	}
+	if wide.Validate() != nil {
+		t.Errorf("the widest order is not valid (%v): the bound was not tested on it", wide.Validate())
 	}
 }
 

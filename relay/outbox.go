@@ -147,6 +147,17 @@ func (o *outbox) untrack(sale, id string) {
 func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *entry {
 	ords, err := order.FromStreamEntry(m.Values)
 	e := &entry{sale: sale, id: m.ID, orderIDs: make([]string, 0, len(ords)), bodies: make([][]byte, 0, len(ords)), unconfirmed: len(ords)}
+	// The lines of an entry's orders share one buffer, sized for them all,
+	// each body a slice of it capped at its own end: one allocation per
+	// entry rather than a few per order.
+	var buf []byte
+	if o.lines {
+		n := 0
+		for _, ord := range ords {
+			n += order.LineSize(ord)
+		}
+		buf = make([]byte, 0, n)
+	}
 	for _, ord := range ords {
 		// A bucket's outbox holds orders of its sale (sale/buckets.go).
 		if ord.SaleID != scripts.SaleOf(sale) {
@@ -155,7 +166,9 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 		}
 		var body []byte
 		if o.lines {
-			body, err = ord.AppendLine(nil)
+			start := len(buf)
+			buf, err = ord.AppendLine(buf)
+			body = buf[start:len(buf):len(buf)]
 		} else {
 			body, err = ord.Marshal()
 		}
