@@ -238,7 +238,7 @@ var settings = []setting{
 		func(c *Config) *int { return &c.Consumer.BatchSize }),
 	durSetting("FLASHGATE_CONSUMER_BATCH_WAIT", "consumer.batch_wait", "20ms", "longest wait to fill a batch", 0, time.Minute,
 		func(c *Config) *time.Duration { return &c.Consumer.BatchWait }),
-	intSetting("FLASHGATE_ADMISSION_MAX_IN_FLIGHT", "admission.max_in_flight", "0", "per sale (all its buckets together), reservations in flight on one gateway before 429 (0: off)", 0, 1_000_000,
+	intSetting("FLASHGATE_ADMISSION_MAX_IN_FLIGHT", "admission.max_in_flight", "0", "per sale (all its buckets together), reservations in flight on one gateway before 429, and so joins of its waiting room, counted apart (0: off)", 0, 1_000_000,
 		func(c *Config) *int { return &c.Admission.MaxInFlight }),
 	{env: "FLASHGATE_ADMISSION_RATE", key: "admission.rate", def: "0", doc: "per sale, buys per second one gateway admits before 429 (0: off)",
 		set: func(c *Config, v string) error {
@@ -250,7 +250,7 @@ var settings = []setting{
 			return nil
 		},
 		get: func(c *Config) string { return strconv.FormatFloat(c.Admission.Rate, 'g', -1, 64) }},
-	intSetting("FLASHGATE_BATCH_MAX_SIZE", "batch.max_size", "64", "reservations of one sale sent in one script call; 1 turns batching off", 1, 1024,
+	intSetting("FLASHGATE_BATCH_MAX_SIZE", "batch.max_size", "64", "reservations of one sale sent in one script call, and so waiting-room joins (apart from the reservations); 1 turns batching off", 1, 1024,
 		func(c *Config) *int { return &c.Batch.MaxSize }),
 	intSetting("FLASHGATE_BATCH_CALLS", "batch.calls", "1", "script calls of one sale in flight at once on one gateway; the next batch leaves when one returns. A sale's buckets share them, taking turns, so that their batches grow; a bucket with a full batch (batch.max_size) sends it at once besides", 1, 64,
 		func(c *Config) *int { return &c.Batch.Calls }),

@@ -13,8 +13,8 @@ import (
 	"github.com/flashgate/flashgate/sale"
 )
 
-// The waiting room's edge (API.md "Waiting room"): the join, one script
-// call (sale.Store.Join); the poll, answered from the ticket and the
+// The waiting room's edge (API.md "Waiting room"): the join, a script call
+// shared with the sale's other joins in flight (sale.Store.Join); the poll, answered from the ticket and the
 // gateway's memory of the room (rooms.go) with no Redis call; and the
 // buy's check of the ticket, in memory, before anything else.
 
@@ -49,10 +49,12 @@ func (s *Server) serveJoin(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		return
 	}
 	saleID := string(saleB)
-	rctx, cancel := s.redisCtx()
-	place, err := s.sales.Join(rctx, saleID, user)
-	cancel()
+	place, err := s.sales.Join(saleID, user)
 	if err != nil {
+		if errors.Is(err, sale.ErrRateLimited) {
+			writeRateLimited(ctx)
+			return
+		}
 		if errors.Is(err, sale.ErrUnavailable) {
 			s.unavailable(ctx, "join", err)
 			return

@@ -8,8 +8,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// batcher coalesces concurrent reservations for the same sale into one
-// script call. There is no timer: the first buyer of an idle sale sends its
+// batcher coalesces concurrent requests for the same sale into one script
+// call: the reservations of buys (In Reservation, Out Result), and the
+// joins of a waiting room (In a user id, Out a Place). Below, reservations
+// stand for both. There is no timer: the first buyer of an idle sale sends its
 // reservation at once, alone; buyers who arrive while that call is out queue
 // up, and the moment it returns, the queue (up to maxSize) leaves in the next
 // call. Under load, batches grow by themselves to match the round trip; a
@@ -30,15 +32,19 @@ import (
 // No goroutine is started: a buyer whose call is going out does the work;
 // when its call returns it takes the next batch from the queue and hands it
 // to the first buyer in it, who sends it. It is safe for concurrent use.
-type batcher struct {
-	store       *Store
+type batcher[In, Out any] struct {
+	// do makes one script call for the batch in on id and sets out[i] for
+	// each in[i] (len(out) == len(in)), or returns an error that is every
+	// buyer's answer.
+	do          func(ctx context.Context, id string, in []In, out []Out) error
 	maxSize     int           // reservations per script call; 1 turns batching off
 	parallel    int           // script calls of one sale in flight at once (a full batch of a bucket aside)
 	maxInFlight int           // reservations in flight per sale beyond which buys are shed (0: no limit)
 	timeout     time.Duration // a reservation not sent within this is answered 503
 
 	mu    sync.Mutex
-	sales map[string]*saleQueue
+	sales map[string]*saleQueue[In, Out]
+	pool  sync.Pool // of *call[In, Out]
 
 	calls, reservations *metrics.Counter // script calls made, reservations they carried
 	sizes               *metrics.PrometheusHistogram
@@ -46,68 +52,72 @@ type batcher struct {
 
 // saleQueue is one sale's reservations on this process: a queue per id
 // (the sale, or each of its buckets that has buyers in flight).
-type saleQueue struct {
+type saleQueue[In, Out any] struct {
 	mu     sync.Mutex
-	queues []*queue // ids with buyers waiting or calls out; one for a sale of one bucket
-	out    int      // calls of this sale in flight (their leaders will hand over)
-	users  int      // reservations in flight for this sale on this process (batcher.mu)
+	queues []*queue[In, Out] // ids with buyers waiting or calls out; one for a sale of one bucket
+	out    int               // calls of this sale in flight (their leaders will hand over)
+	users  int               // reservations in flight for this sale on this process (batcher.mu)
 }
 
 // queue is the buyers of one id (the sale, or a bucket of it) waiting for a script call.
-type queue struct {
+type queue[In, Out any] struct {
 	id      string
-	waiting []*call
+	waiting []*call[In, Out]
 	out     int // calls of this id in flight
 }
 
 // call is one buyer's reservation in a queue.
-type call struct {
-	r        Reservation
+type call[In, Out any] struct {
+	r        In
 	deadline time.Time
-	res      Result
+	res      Out
 	err      error
-	batch    []*call // set before done receives true: the batch to send
-	q        *queue  // set with batch: the queue it was taken from
+	batch    []*call[In, Out] // set before done receives true: the batch to send
+	q        *queue[In, Out]  // set with batch: the queue it was taken from
 	// done receives true when this buyer must send batch, false when
 	// res/err are set.
 	done chan bool
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan bool, 1)} }}
-
-func newBatcher(store *Store, o Batching, timeout time.Duration, set *metrics.Set) *batcher {
-	b := &batcher{store: store, maxSize: o.MaxSize, parallel: max(o.Calls, 1), maxInFlight: o.MaxInFlight,
-		timeout: timeout, sales: map[string]*saleQueue{}}
-	b.sizes = set.NewPrometheusHistogramExt("flashgate_reserve_batch_size",
+// newBatcher returns a batcher making its calls with do, and counting them
+// in set as flashgate_<name>_calls_total, flashgate_<name>_<what>_total
+// and flashgate_<name>_batch_size.
+func newBatcher[In, Out any](do func(ctx context.Context, id string, in []In, out []Out) error, o Batching,
+	timeout time.Duration, set *metrics.Set, name, what string) *batcher[In, Out] {
+	b := &batcher[In, Out]{do: do, maxSize: o.MaxSize, parallel: max(o.Calls, 1), maxInFlight: o.MaxInFlight,
+		timeout: timeout, sales: map[string]*saleQueue[In, Out]{}}
+	b.pool.New = func() any { return &call[In, Out]{done: make(chan bool, 1)} }
+	b.sizes = set.NewPrometheusHistogramExt("flashgate_"+name+"_batch_size",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})
-	b.calls = set.NewCounter("flashgate_reserve_calls_total")
-	b.reservations = set.NewCounter("flashgate_reserve_reservations_total")
+	b.calls = set.NewCounter("flashgate_" + name + "_calls_total")
+	b.reservations = set.NewCounter("flashgate_" + name + "_" + what + "_total")
 	return b
 }
 
-// reserve reserves r on id, the sale or the buyer's bucket of it, batched
-// with whatever else is in flight for that sale (unless batching is off). It
+// run sends r on id, the sale or the buyer's bucket of it, batched with
+// whatever else is in flight for that sale (unless batching is off). It
 // blocks for at most about two Redis timeouts. It returns ErrRateLimited at
 // once when the sale already has maxInFlight reservations in flight on this
 // gateway, and an error wrapping ErrUnavailable when Redis did not answer in
 // time.
-func (b *batcher) reserve(sale, id string, r Reservation) (Result, error) {
+func (b *batcher[In, Out]) run(sale, id string, r In) (Out, error) {
 	sq, ok := b.acquire(sale)
 	defer b.release(sale, sq)
 	if !ok {
-		return Result{}, ErrRateLimited
+		var zero Out
+		return zero, ErrRateLimited
 	}
 	if b.maxSize <= 1 {
-		var out [1]Result
+		var out [1]Out
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		err := b.store.Reserve(ctx, id, []Reservation{r}, out[:])
+		err := b.do(ctx, id, []In{r}, out[:])
 		cancel()
 		b.calls.Inc()
 		b.reservations.Inc()
 		return out[0], err
 	}
 
-	c := callPool.Get().(*call)
+	c := b.pool.Get().(*call[In, Out])
 	c.r, c.deadline = r, time.Now().Add(b.timeout)
 	sq.mu.Lock()
 	q := sq.queue(id)
@@ -122,20 +132,20 @@ func (b *batcher) reserve(sale, id string, r Reservation) (Result, error) {
 		b.send(sq, c.q, c.batch)
 	}
 	res, err := c.res, c.err
-	*c = call{done: c.done}
-	callPool.Put(c)
+	*c = call[In, Out]{done: c.done}
+	b.pool.Put(c)
 	return res, err
 }
 
 // queue returns the queue of id, made if the sale has none. sq.mu must
 // be held.
-func (sq *saleQueue) queue(id string) *queue {
+func (sq *saleQueue[In, Out]) queue(id string) *queue[In, Out] {
 	for _, q := range sq.queues {
 		if q.id == id {
 			return q
 		}
 	}
-	q := &queue{id: id}
+	q := &queue[In, Out]{id: id}
 	sq.queues = append(sq.queues, q)
 	return q
 }
@@ -147,9 +157,9 @@ func (sq *saleQueue) queue(id string) *queue {
 // the reservations that waited past their deadline, and the queues left
 // idle. The first call of each batch returned has batch and q set. sq.mu
 // must be held.
-func (b *batcher) dispatch(sq *saleQueue, now time.Time) (leave [][]*call, expired []*call) {
+func (b *batcher[In, Out]) dispatch(sq *saleQueue[In, Out], now time.Time) (leave [][]*call[In, Out], expired []*call[In, Out]) {
 	for {
-		var pick *queue
+		var pick *queue[In, Out]
 		for _, q := range sq.queues {
 			switch {
 			case len(q.waiting) == 0:
@@ -189,7 +199,7 @@ func (b *batcher) dispatch(sq *saleQueue, now time.Time) (leave [][]*call, expir
 // handOff gives each batch of leave to its first buyer, who sends it; it
 // reports whether self is one of them (self then sends without being
 // woken). self may be nil.
-func handOff(leave [][]*call, self *call) (lead bool) {
+func handOff[In, Out any](leave [][]*call[In, Out], self *call[In, Out]) (lead bool) {
 	for _, batch := range leave {
 		if batch[0] == self {
 			lead = true
@@ -202,7 +212,7 @@ func handOff(leave [][]*call, self *call) (lead bool) {
 
 // take removes the next batch from the head of q's queue, and the
 // reservations that waited past their deadline. The sale's mu must be held.
-func (b *batcher) take(q *queue, now time.Time) (batch, expired []*call) {
+func (b *batcher[In, Out]) take(q *queue[In, Out], now time.Time) (batch, expired []*call[In, Out]) {
 	n := 0
 	for _, c := range q.waiting {
 		if n == b.maxSize {
@@ -223,7 +233,7 @@ func (b *batcher) take(q *queue, now time.Time) (batch, expired []*call) {
 
 // answerExpired answers 503 to reservations that were never sent: nothing
 // was promised.
-func answerExpired(expired []*call) {
+func answerExpired[In, Out any](expired []*call[In, Out]) {
 	for _, c := range expired {
 		c.err = ErrUnavailable
 		c.done <- false
@@ -233,14 +243,14 @@ func answerExpired(expired []*call) {
 // send makes one script call for batch, taken from q, whose first
 // reservation belongs to the calling buyer, then hands the batches that
 // leave next (if any) to their first buyers and delivers the results.
-func (b *batcher) send(sq *saleQueue, q *queue, batch []*call) {
-	rs := make([]Reservation, len(batch))
+func (b *batcher[In, Out]) send(sq *saleQueue[In, Out], q *queue[In, Out], batch []*call[In, Out]) {
+	rs := make([]In, len(batch))
 	for i, c := range batch {
 		rs[i] = c.r
 	}
-	out := make([]Result, len(batch))
+	out := make([]Out, len(batch))
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	err := b.store.Reserve(ctx, q.id, rs, out)
+	err := b.do(ctx, q.id, rs, out)
 	cancel()
 	b.calls.Inc()
 	b.reservations.Add(len(rs))
@@ -266,11 +276,11 @@ func (b *batcher) send(sq *saleQueue, q *queue, batch []*call) {
 
 // acquire counts one more reservation in flight for sale; ok is false when
 // that is over the limit (release must still be called).
-func (b *batcher) acquire(sale string) (sq *saleQueue, ok bool) {
+func (b *batcher[In, Out]) acquire(sale string) (sq *saleQueue[In, Out], ok bool) {
 	b.mu.Lock()
 	sq = b.sales[sale]
 	if sq == nil {
-		sq = &saleQueue{}
+		sq = &saleQueue[In, Out]{}
 		b.sales[sale] = sq
 	}
 	sq.users++
@@ -281,7 +291,7 @@ func (b *batcher) acquire(sale string) (sq *saleQueue, ok bool) {
 
 // release drops the queues of a sale nobody is buying, so that the map
 // holds only sales with buyers in flight.
-func (b *batcher) release(sale string, sq *saleQueue) {
+func (b *batcher[In, Out]) release(sale string, sq *saleQueue[In, Out]) {
 	b.mu.Lock()
 	sq.users--
 	if sq.users == 0 {

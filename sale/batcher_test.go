@@ -73,16 +73,16 @@ func TestBatcherDispatch(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			b := newBatcher(nil, Batching{MaxSize: row.maxSize, Calls: row.parallel}, time.Second, metrics.NewSet())
-			sq := &saleQueue{}
-			names := map[*call]string{}
+			b := newBatcher[string, string](nil, Batching{MaxSize: row.maxSize, Calls: row.parallel}, time.Second, metrics.NewSet(), "test", "items")
+			sq := &saleQueue[string, string]{}
+			names := map[*call[string, string]]string{}
 			n := 0
 			for _, sp := range row.queues {
-				q := &queue{id: sp.id, out: sp.out}
+				q := &queue[string, string]{id: sp.id, out: sp.out}
 				sq.out += sp.out
 				for _, name := range strings.Fields(sp.calls) {
 					n++
-					c := &call{deadline: now.Add(time.Duration(n) * time.Millisecond), done: make(chan bool, 1)}
+					c := &call[string, string]{deadline: now.Add(time.Duration(n) * time.Millisecond), done: make(chan bool, 1)}
 					if strings.HasSuffix(name, "!") {
 						c.deadline = now.Add(-time.Duration(100-n) * time.Millisecond)
 					}

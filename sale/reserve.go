@@ -24,7 +24,7 @@ import (
 // flight here, an error wrapping ErrUnavailable when Redis did not answer in
 // time (nothing was promised). It blocks for at most about two Timeouts.
 func (s *Store) Buy(sale, user string, quantity int, idem string) (Result, error) {
-	return s.batch.reserve(sale, s.idFor(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: quantity, IdemKey: idem})
+	return s.batch.run(sale, s.idFor(sale, user), Reservation{OrderID: s.ids.next(), UserID: user, Quantity: quantity, IdemKey: idem})
 }
 
 // Reservation is one buyer's request, with the order id chosen before the call.

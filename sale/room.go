@@ -189,21 +189,35 @@ type Place struct {
 }
 
 // Join gives user a place in the waiting room of sale, or finds the one it
-// has: one script call on the sale's slot. It returns ErrNotFound, ErrNoRoom,
-// ErrEnded, ErrSoldOut or an error wrapping ErrUnavailable.
-func (s *Store) Join(ctx context.Context, sale, user string) (Place, error) {
-	r, err := s.loader.Join(ctx, []string{s.keys.Meta(sale), s.keys.Queue(sale)}, user)
+// has, batched with the other joins of the sale in flight on this process
+// as buys are (one queue script call on the sale's slot per batch). It
+// returns ErrNotFound, ErrNoRoom, ErrEnded, ErrSoldOut, ErrRateLimited at
+// once when the sale already has Batching.MaxInFlight joins in flight
+// here, or an error wrapping ErrUnavailable when Redis did not answer in
+// time. It blocks for at most about two Timeouts.
+func (s *Store) Join(sale, user string) (Place, error) {
+	return s.joins.run(sale, sale, user)
+}
+
+// join makes one queue script call for users, the batch of joins of sale,
+// and sets out[i] to users[i]'s place. Every outcome but a place is the
+// sale's, and so the batch's: it is returned.
+func (s *Store) join(ctx context.Context, sale string, users []string, out []Place) error {
+	r, err := s.loader.Join(ctx, []string{s.keys.Meta(sale), s.keys.Queue(sale)}, users)
 	if err != nil {
-		return Place{}, fmt.Errorf("join %s: %w: %w", sale, ErrUnavailable, err)
+		return fmt.Errorf("join %s: %w: %w", sale, ErrUnavailable, err)
 	}
 	if err := outcome(r.Code); err != nil {
-		return Place{}, err
+		return err
 	}
 	room, err := newRoom(sale, r.StartsAt, r.EndsAt, r.Room, false)
 	if err != nil {
-		return Place{}, err
+		return err
 	}
-	return Place{Join: r.Join, Room: room}, nil
+	for i, j := range r.Joins {
+		out[i] = Place{Join: j, Room: room}
+	}
+	return nil
 }
 
 // newRoomKey draws a sale's ticket key, given to the admin script with a

@@ -32,7 +32,7 @@ func TestRoomOfReadsAsRoom(t *testing.T) {
 		}
 	}
 	for _, sale := range []string{"fifo", "random", "started"} {
-		if _, err := e.store.Join(ctx, sale, "u1"); err != nil {
+		if _, err := e.store.Join(sale, "u1"); err != nil {
 			t.Fatalf("join %s: %v", sale, err)
 		}
 	}

@@ -97,7 +97,8 @@ type Store struct {
 	settleAge time.Duration
 	changed   func(id string, outbox bool)
 
-	batch   *batcher
+	batch   *batcher[Reservation, Result]
+	joins   *batcher[string, Place]
 	ids     *orderIDs
 	durable *durability // nil: zero-loss mode is off
 	sampler *sampler
@@ -130,7 +131,8 @@ func New(rdb redis.UniversalClient, loader *scripts.Loader, keys scripts.Keys, o
 			o.Changed(id, outbox)
 		}
 	}
-	s.batch = newBatcher(s, o.Batch, o.Timeout, s.metrics)
+	s.batch = newBatcher(s.Reserve, o.Batch, o.Timeout, s.metrics, "reserve", "reservations")
+	s.joins = newBatcher(s.join, o.Batch, o.Timeout, s.metrics, "queue", "joins")
 	if o.ZeroLoss {
 		s.durable = newDurability(rdb, o.Log, o.Timeout, s.metrics)
 	}

@@ -183,26 +183,30 @@ func decodeAdmin(v any) (AdminReply, error) {
 			Version: n[23], At: n[24], Head: n[25], Key: key}}, nil
 }
 
-// JoinReply is the queue script's reply: the outcome, the buyer's join
-// number (0 with a refusal) and the room and sale as the script saw them.
+// JoinReply is the queue script's reply: the outcome, each buyer's join
+// number (none with a refusal, which is the whole call's) and the room and
+// sale as the script saw them after the call's joins.
 type JoinReply struct {
 	Code             Code
-	Join             int64
+	Joins            []int64 // in the order of the call's users
 	Room             Room
 	StartsAt, EndsAt int64
 	Now              int64
 }
 
-// joinWidth is the length of the queue script's reply: {code, j, joined,
-// prequeue, version, at, head, rate, pass, room, starts, ends, now},
-// integers, and the key, a string.
-const joinWidth = 14
+// joinWidth is the length of the queue script's reply before its join
+// numbers: {code, joined, prequeue, version, at, head, rate, pass, room,
+// starts, ends, now}, integers, and the key, a string.
+const joinWidth = 13
 
-func decodeJoin(v any) (JoinReply, error) {
+// decodeJoin reads the queue script's reply to a call for users buyers: a
+// refusal of joinWidth elements, or an acceptance followed by one join
+// number (≥ 1) per buyer. A reply of any other shape is an error.
+func decodeJoin(v any, users int) (JoinReply, error) {
 	var n [joinWidth - 1]int64
 	a, ok := v.([]any)
-	if !ok || len(a) != joinWidth {
-		return JoinReply{}, fmt.Errorf("reply is %T of %d elements, want %d", v, len(a), joinWidth)
+	if !ok || len(a) < joinWidth {
+		return JoinReply{}, fmt.Errorf("reply is %T of %d elements, want at least %d", v, len(a), joinWidth)
 	}
 	for i := range n {
 		if n[i], ok = a[i].(int64); !ok {
@@ -213,19 +217,41 @@ func decodeJoin(v any) (JoinReply, error) {
 	if !ok {
 		return JoinReply{}, fmt.Errorf("reply element %d is %#v, want a string", joinWidth-1, a[joinWidth-1])
 	}
-	if Code(n[0]) == CodeOK && (n[1] < 1 || key == "") {
-		return JoinReply{}, fmt.Errorf("reply accepts join number %d with key %q", n[1], key)
+	r := JoinReply{Code: Code(n[0]), StartsAt: n[9], EndsAt: n[10], Now: n[11],
+		Room: Room{Joined: n[1], Prequeue: n[2], Version: n[3], At: n[4], Head: n[5], Rate: n[6], Pass: n[7],
+			Mode: n[8], Key: key}}
+	if r.Code != CodeOK {
+		if len(a) != joinWidth {
+			return JoinReply{}, fmt.Errorf("refusal %d carries %d join numbers", r.Code, len(a)-joinWidth)
+		}
+		return r, nil
 	}
-	return JoinReply{Code: Code(n[0]), Join: n[1], StartsAt: n[10], EndsAt: n[11], Now: n[12],
-		Room: Room{Joined: n[2], Prequeue: n[3], Version: n[4], At: n[5], Head: n[6], Rate: n[7], Pass: n[8],
-			Mode: n[9], Key: key}}, nil
+	if len(a) != joinWidth+users || key == "" {
+		return JoinReply{}, fmt.Errorf("reply accepts %d joins of %d with key %q", len(a)-joinWidth, users, key)
+	}
+	r.Joins = make([]int64, users)
+	for i := range r.Joins {
+		j, ok := a[joinWidth+i].(int64)
+		if !ok || j < 1 {
+			return JoinReply{}, fmt.Errorf("reply element %d is %#v, want a join number", joinWidth+i, a[joinWidth+i])
+		}
+		r.Joins[i] = j
+	}
+	return r, nil
 }
 
-// Join runs the queue script (keys and args as lua/queue.lua says) and
-// returns its reply. It blocks as Run does, returns Run's errors, or one
-// wrapping ErrReply.
-func (l *Loader) Join(ctx context.Context, keys []string, args ...any) (JoinReply, error) {
-	return call(ctx, l, Queue, decodeJoin, keys, args)
+// Join runs the queue script for users (at least one) on keys (as
+// lua/queue.lua says) and returns its reply. It blocks as Run does,
+// returns Run's errors, or one wrapping ErrReply.
+func (l *Loader) Join(ctx context.Context, keys []string, users []string) (JoinReply, error) {
+	if len(users) == 0 {
+		return JoinReply{}, errors.New("scripts: queue: no user to join")
+	}
+	args := make([]any, len(users))
+	for i, u := range users {
+		args[i] = u
+	}
+	return call(ctx, l, Queue, func(v any) (JoinReply, error) { return decodeJoin(v, len(users)) }, keys, args)
 }
 
 // Admin runs an operation of the admin script other than ping (keys and

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/flashgate/flashgate/order"
@@ -133,30 +134,39 @@ func TestDecodeAdmin(t *testing.T) {
 	}
 }
 
-// The queue script's reply: thirteen integers and the key, or an error; an
-// accepted join always has a join number and a key.
+// The queue script's reply: twelve integers and the key, then a join
+// number per buyer of the call, or an error; an accepted call always has a
+// key and every buyer's join number, a refusal none.
 func TestDecodeJoin(t *testing.T) {
 	good := func() []any {
-		return []any{int64(0), int64(7), int64(9), int64(-1), int64(2), int64(1700000000000), int64(0), int64(100),
-			int64(120), int64(2), int64(1700000000000), int64(0), int64(1699999999000), "abcd"}
+		return []any{int64(0), int64(9), int64(-1), int64(2), int64(1700000000000), int64(0), int64(100),
+			int64(120), int64(2), int64(1700000000000), int64(0), int64(1699999999000), "abcd", int64(7), int64(9), int64(7)}
 	}
-	want := JoinReply{Code: CodeOK, Join: 7, StartsAt: 1700000000000, Now: 1699999999000,
+	want := JoinReply{Code: CodeOK, Joins: []int64{7, 9, 7}, StartsAt: 1700000000000, Now: 1699999999000,
 		Room: Room{Mode: 2, Rate: 100, Pass: 120, Joined: 9, Prequeue: -1, Version: 2, At: 1700000000000, Key: "abcd"}}
-	if got, err := decodeJoin(good()); err != nil || got != want {
+	if got, err := decodeJoin(good(), 3); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("decodeJoin(good) = %+v, %v; want %+v", got, err, want)
 	}
-	refused := func() []any { a := good(); a[0], a[1] = int64(CodeNoRoom), int64(0); a[13] = ""; return a }
-	if got, err := decodeJoin(refused()); err != nil || got.Code != CodeNoRoom || got.Join != 0 {
+	refused := func() []any { a := good()[:13]; a[0] = int64(CodeNoRoom); a[12] = ""; return a }
+	if got, err := decodeJoin(refused(), 3); err != nil || got.Code != CodeNoRoom || got.Joins != nil {
 		t.Fatalf("decodeJoin(refused) = %+v, %v", got, err)
 	}
-	for name, reply := range map[string]func() any{
-		"accepted without a place": func() any { a := good(); a[1] = int64(0); return a },
-		"accepted without a key":   func() any { a := good(); a[13] = ""; return a },
-		"short":                    func() any { return good()[:13] },
-		"key as an integer":        func() any { a := good(); a[13] = int64(1); return a },
-		"not an array":             func() any { return "pong" },
+	for name, tc := range map[string]struct {
+		reply func() any
+		users int
+	}{
+		"accepted without a place":     {func() any { a := good(); a[14] = int64(0); return a }, 3},
+		"accepted without a key":       {func() any { a := good(); a[12] = ""; return a }, 3},
+		"a join number short":          {func() any { return good() }, 4},
+		"a join number too many":       {func() any { return good() }, 2},
+		"accepted with no join number": {func() any { return good()[:13] }, 1},
+		"a refusal with join numbers":  {func() any { a := good(); a[0] = int64(CodeSoldOut); return a }, 3},
+		"a join number as a string":    {func() any { a := good(); a[15] = "7"; return a }, 3},
+		"short":                        {func() any { return good()[:12] }, 1},
+		"key as an integer":            {func() any { a := good(); a[12] = int64(1); return a }, 3},
+		"not an array":                 {func() any { return "pong" }, 1},
 	} {
-		if got, err := decodeJoin(reply()); err == nil || got != (JoinReply{}) {
+		if got, err := decodeJoin(tc.reply(), tc.users); err == nil || !reflect.DeepEqual(got, JoinReply{}) {
 			t.Errorf("%s: decodeJoin = %+v, %v; want an error and nothing read", name, got, err)
 		}
 	}
