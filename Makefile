@@ -129,10 +129,12 @@ $(STATICCHECK):
 
 # The suite measures flashgate against its baselines in one run and rewrites
 # docs/benchmarks.md. It pins itself (the load) to CPU 1 and the servers it
-# starts to CPU 0 when taskset exists.
+# starts to CPU 0 when taskset exists. Graphviz (deploy/local/graphviz.sh,
+# installed when missing) draws the cost part's profiles.
 PIN_LOAD := $(shell command -v taskset >/dev/null 2>&1 && [ "$$(nproc --all)" -gt 1 ] && echo taskset -c 1)
 
 bench: up
+	@deploy/local/graphviz.sh
 	$(GO) build -o $(RUN_DIR)/bench/suite ./bench/suite
 	$(PIN_LOAD) $(RUN_DIR)/bench/suite -out docs/benchmarks.md
 

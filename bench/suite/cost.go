@@ -191,6 +191,13 @@ func (s *suite) measureCost(ctx context.Context) error {
 		runs = append(runs, r)
 	}
 	s.cost = costSection(runs, retried, *costOrders, *costConsumers, s.dur, time.Since(started))
+	for _, r := range runs {
+		for _, t := range r.profiles {
+			if t.svg != "" {
+				s.beside = append(s.beside, besideFile{src: t.svg, name: profilePicture(t.proc)})
+			}
+		}
+	}
 	fmt.Fprint(os.Stderr, "\n"+s.cost)
 	return nil
 }
@@ -366,6 +373,12 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 			for i, t := range []profileTop{{proc: procGateway, file: gwFile}, {proc: procConsumer, file: consFile}} {
 				if errs[i] == nil {
 					t.rows, errs[i] = readTop(ctx, s.bin, t.file, 12)
+				}
+				if errs[i] == nil {
+					svg := strings.TrimSuffix(t.file, ".pprof") + ".svg"
+					if t.svgErr = drawProfile(ctx, s.bin, t.file, svg); t.svgErr == nil {
+						t.svg = svg
+					}
 				}
 				if errs[i] != nil {
 					r.profNotes = append(r.profNotes, fmt.Sprintf("no %s profile: %v", t.proc, errs[i]))

@@ -90,7 +90,13 @@ type suite struct {
 	// picture is the main run (batching on, one hot sale), drawn beside
 	// the report (pictureName); nil when it was not measured.
 	picture *bench.Report
+	// beside are files the report shows, copied next to it (the cost
+	// part's call graphs).
+	beside []besideFile
 }
+
+// besideFile is a file of the suite's folder copied next to the report as name.
+type besideFile struct{ src, name string }
 
 // pictureName is the main run's SVG, written next to the report.
 const pictureName = "bench-sale.svg"
@@ -942,6 +948,18 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 			"second by second, as `flashgate bench --svg` draws it:\n\n" +
 			"![buys and latency per second and the outbox backlog of the main run](" + pictureName + ")\n")
 	}
+	for _, f := range s.beside {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(f.src)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(filepath.Dir(path), f.name), data, 0o644)
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s beside the report: %w", f.src, err)
+		}
+	}
 	b.WriteString(s.cost)
 	b.WriteString(s.buckets)
 	b.WriteString(s.room)
@@ -951,7 +969,7 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 	if goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + goBench + "\n```\n")
 	}
-	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services, then this suite; rewrites docs/benchmarks.md\n```\n")
+	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services and Graphviz, then this suite; rewrites docs/benchmarks.md and its pictures\n```\n")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

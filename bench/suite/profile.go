@@ -29,6 +29,15 @@ type profileTop struct {
 	proc string // procGateway, procConsumer
 	file string // the profile, under the suite's folder
 	rows []profileRow
+	// svg is the profile drawn as a call graph beside it (drawProfile),
+	// "" when it could not be, and why in svgErr.
+	svg    string
+	svgErr error
+}
+
+// profilePicture is the name of a process's call graph next to the report.
+func profilePicture(proc string) string {
+	return "bench-profile-" + strings.NewReplacer(" + ", "-", " ", "-").Replace(proc) + ".svg"
 }
 
 type profileRow struct {
@@ -81,6 +90,30 @@ func readTop(ctx context.Context, bin, file string, n int) ([]profileRow, error)
 	return parseTop(out), nil
 }
 
+// drawProfile draws a profile of bin as a call graph of its hottest paths
+// into file, with `go tool pprof -svg`, which needs Graphviz's dot
+// (deploy/local/graphviz.sh, run by make bench, installs it).
+func drawProfile(ctx context.Context, bin, profile, file string) error {
+	if _, err := exec.LookPath("dot"); err != nil {
+		return fmt.Errorf("no Graphviz dot on PATH (deploy/local/graphviz.sh installs it, make bench runs it)")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("go tool pprof: %w", err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, goBin, "tool", "pprof", "-svg", "-nodecount=40", "-nodefraction=0.02", "-edgefraction=0.005", bin, profile)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("go tool pprof -svg %s: %w: %s", profile, err, strings.TrimSpace(stderr.String()))
+	}
+	if !bytes.Contains(out, []byte("<svg")) {
+		return fmt.Errorf("go tool pprof -svg %s: no SVG in its output", profile)
+	}
+	return os.WriteFile(file, out, 0o644)
+}
+
 // parseTop reads the rows of `go tool pprof -top`:
 //
 //	flat  flat%   sum%        cum   cum%  name
@@ -120,6 +153,12 @@ func profileSection(tops []profileTop, perOrder map[string]float64, notes []stri
 			t.proc, perOrder[t.proc], filepath.Base(t.file))
 		for _, r := range t.rows {
 			fmt.Fprintf(&b, "| `%s` | %.1f%% | %.2f | %.1f%% |\n", r.name, r.flat, r.flat/100*perOrder[t.proc], r.cum)
+		}
+		if t.svg != "" {
+			fmt.Fprintf(&b, "\nThe same profile as a call graph (`go tool pprof -svg`; each box's own and total share of the samples, the paths below 2%% left out):\n\n![%s's CPU profile](%s)\n",
+				t.proc, profilePicture(t.proc))
+		} else if t.svgErr != nil {
+			fmt.Fprintf(&b, "\nNo call graph drawn: %v.\n", t.svgErr)
 		}
 	}
 	for _, n := range notes {
