@@ -17,9 +17,8 @@ import (
 func TestJoinBatch(t *testing.T) {
 	e := newEnv(t, Options{})
 	ctx := context.Background()
-	i64 := func(n int64) *int64 { return &n }
 	past := time.Now().Add(-time.Hour).UnixMilli()
-	if _, _, err := e.store.Upsert(ctx, "idle", Update{Stock: i64(100), WaitingRoom: i64(RoomFIFO), AdmitPerSecond: i64(1), StartsAt: &past}); err != nil {
+	if _, _, err := e.store.Upsert(ctx, "idle", Update{Stock: ptr(100), WaitingRoom: ptr(RoomFIFO), AdmitPerSecond: ptr(1), StartsAt: &past}); err != nil {
 		t.Fatal(err)
 	}
 	places := func(sale string, users ...string) ([]int64, *Room, error) {
@@ -58,7 +57,7 @@ func TestJoinBatch(t *testing.T) {
 	}
 
 	// A refusal is the whole call's.
-	if _, _, err := e.store.Upsert(ctx, "none", Update{Stock: i64(5)}); err != nil {
+	if _, _, err := e.store.Upsert(ctx, "none", Update{Stock: ptr(5)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := places("none", "a", "b"); !errors.Is(err, ErrNoRoom) {
@@ -74,8 +73,7 @@ func TestJoinBatch(t *testing.T) {
 func TestConcurrentJoins(t *testing.T) {
 	e := newEnv(t, Options{Batch: Batching{MaxSize: 64, Calls: 1}})
 	ctx := context.Background()
-	i64 := func(n int64) *int64 { return &n }
-	if _, _, err := e.store.Upsert(ctx, "crowd", Update{Stock: i64(10), WaitingRoom: i64(RoomFIFO)}); err != nil {
+	if _, _, err := e.store.Upsert(ctx, "crowd", Update{Stock: ptr(10), WaitingRoom: ptr(RoomFIFO)}); err != nil {
 		t.Fatal(err)
 	}
 	const buyers = 400

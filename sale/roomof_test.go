@@ -13,19 +13,18 @@ import (
 func TestRoomOfReadsAsRoom(t *testing.T) {
 	e := newEnv(t, Options{})
 	ctx := context.Background()
-	i64 := func(n int64) *int64 { return &n }
 	later := time.Now().Add(time.Hour).UnixMilli()
 	past := time.Now().Add(-time.Minute).UnixMilli()
 	for _, tc := range []struct {
 		sale string
 		u    Update
 	}{
-		{"fifo", Update{Stock: i64(5), WaitingRoom: i64(RoomFIFO)}},
-		{"upcoming", Update{Stock: i64(5), WaitingRoom: i64(RoomFIFO), AdmitPerSecond: i64(7), PassSeconds: i64(30), StartsAt: &later}},
-		{"random", Update{Stock: i64(5), WaitingRoom: i64(RoomRandom), StartsAt: &later}},
-		{"started", Update{Stock: i64(5), WaitingRoom: i64(RoomRandom), StartsAt: &past}},
-		{"none", Update{Stock: i64(5)}},
-		{"gone", Update{Stock: i64(0), WaitingRoom: i64(RoomFIFO)}},
+		{"fifo", Update{Stock: ptr(5), WaitingRoom: ptr(RoomFIFO)}},
+		{"upcoming", Update{Stock: ptr(5), WaitingRoom: ptr(RoomFIFO), AdmitPerSecond: ptr(7), PassSeconds: ptr(30), StartsAt: &later}},
+		{"random", Update{Stock: ptr(5), WaitingRoom: ptr(RoomRandom), StartsAt: &later}},
+		{"started", Update{Stock: ptr(5), WaitingRoom: ptr(RoomRandom), StartsAt: &past}},
+		{"none", Update{Stock: ptr(5)}},
+		{"gone", Update{Stock: ptr(0), WaitingRoom: ptr(RoomFIFO)}},
 	} {
 		if _, _, err := e.store.Upsert(ctx, tc.sale, tc.u); err != nil {
 			t.Fatalf("%s: %v", tc.sale, err)
@@ -36,7 +35,7 @@ func TestRoomOfReadsAsRoom(t *testing.T) {
 			t.Fatalf("join %s: %v", sale, err)
 		}
 	}
-	if _, _, err := e.store.Upsert(ctx, "fifo", Update{AdmitPerSecond: i64(3)}); err != nil {
+	if _, _, err := e.store.Upsert(ctx, "fifo", Update{AdmitPerSecond: ptr(3)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, sale := range []string{"fifo", "upcoming", "random", "started", "none", "gone"} {
