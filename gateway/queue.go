@@ -14,9 +14,10 @@ import (
 )
 
 // The waiting room's edge (API.md "Waiting room"): the join, a script call
-// shared with the sale's other joins in flight (sale.Store.Join); the poll, answered from the ticket and the
-// gateway's memory of the room (rooms.go) with no Redis call; and the
-// buy's check of the ticket, in memory, before anything else.
+// shared with the sale's other joins in flight (sale.Store.Join); the poll,
+// answered from the ticket and the gateway's memory of the room (rooms.go)
+// with no Redis call; and the buy's check of the ticket, in memory, before
+// anything else.
 
 // ticketHeader carries a buyer's ticket on a poll and a buy.
 const ticketHeader = "Flashgate-Ticket"

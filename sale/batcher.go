@@ -46,8 +46,8 @@ type batcher[In, Out any] struct {
 	sales map[string]*saleQueue[In, Out]
 	pool  sync.Pool // of *call[In, Out]
 
-	calls, reservations *metrics.Counter // script calls made, reservations they carried
-	sizes               *metrics.PrometheusHistogram
+	calls, items *metrics.Counter // script calls made, the reservations (or joins) they carried
+	sizes        *metrics.PrometheusHistogram
 }
 
 // saleQueue is one sale's reservations on this process: a queue per id
@@ -90,7 +90,7 @@ func newBatcher[In, Out any](do func(ctx context.Context, id string, in []In, ou
 	b.sizes = set.NewPrometheusHistogramExt("flashgate_"+name+"_batch_size",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})
 	b.calls = set.NewCounter("flashgate_" + name + "_calls_total")
-	b.reservations = set.NewCounter("flashgate_" + name + "_" + what + "_total")
+	b.items = set.NewCounter("flashgate_" + name + "_" + what + "_total")
 	return b
 }
 
@@ -113,7 +113,7 @@ func (b *batcher[In, Out]) run(sale, id string, r In) (Out, error) {
 		err := b.do(ctx, id, []In{r}, out[:])
 		cancel()
 		b.calls.Inc()
-		b.reservations.Inc()
+		b.items.Inc()
 		return out[0], err
 	}
 
@@ -253,7 +253,7 @@ func (b *batcher[In, Out]) send(sq *saleQueue[In, Out], q *queue[In, Out], batch
 	err := b.do(ctx, q.id, rs, out)
 	cancel()
 	b.calls.Inc()
-	b.reservations.Add(len(rs))
+	b.items.Add(len(rs))
 	b.sizes.Update(float64(len(rs)))
 	for i, c := range batch {
 		c.res, c.err = out[i], err

@@ -102,7 +102,7 @@ func TestConcurrentJoins(t *testing.T) {
 		}
 		seen[js[0]] = true
 	}
-	calls, joins := e.store.joins.calls.Get(), e.store.joins.reservations.Get()
+	calls, joins := e.store.joins.calls.Get(), e.store.joins.items.Get()
 	if joins != 2*buyers || calls >= joins {
 		t.Fatalf("%d joins in %d calls: want %d joins sharing calls", joins, calls, 2*buyers)
 	}

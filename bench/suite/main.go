@@ -948,10 +948,12 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 			"second by second, as `flashgate bench --svg` draws it:\n\n" +
 			"![buys and latency per second and the outbox backlog of the main run](" + pictureName + ")\n")
 	}
-	for _, f := range s.beside {
+	if len(s.beside) > 0 {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
+	}
+	for _, f := range s.beside {
 		data, err := os.ReadFile(f.src)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(filepath.Dir(path), f.name), data, 0o644)

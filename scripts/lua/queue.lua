@@ -20,8 +20,9 @@
 -- anchored at (qt, qh), or at (the start, 0) until an anchor is set: the
 -- admin script sets one when the rate changes (the head so far is kept),
 -- and a join sets one when it finds the head past every place given, the
--- room empty (in a call, only its first new joiner can): the time no one waited is not credit that would let a crowd
--- in at once, so the newcomer is next, 1/aps from now. meta qv, the
+-- room empty (in a call, only its first new joiner can): the time no one
+-- waited is not credit that would let a crowd in at once, so the newcomer
+-- is next, 1/aps from now. meta qv, the
 -- clock's version, moves with every anchor, to the time of the change or
 -- one past the last, so that it moves on past what a gateway holds also
 -- after Redis lost its last writes; a gateway takes the newest clock it
