@@ -189,6 +189,13 @@ type Redis struct {
 	// primary has appendonly yes and appendfsync always (gateway's
 	// durability watch).
 	ZeroLoss bool
+	// SentinelMaster, when set, makes Addrs the Sentinels that know the
+	// primary by this name (go-redis's failover client).
+	SentinelMaster   string
+	SentinelPassword string
+	// MinReplicas ≥ 1 is replicated mode: a change is answered only once
+	// that many replicas of its primary acknowledged it (WAIT).
+	MinReplicas int
 }
 
 // AMQP configures the RabbitMQ connection and topology.

@@ -100,6 +100,17 @@ var settings = []setting{
 			"buys are 503 unavailable and /readyz is 503 while a primary is not so or cannot be asked (a managed Redis that "+
 			"refuses CONFIG cannot be verified: see operations.md, Durability). false: nothing is checked",
 		func(c *Config) *bool { return &c.Redis.ZeroLoss }),
+	strSetting("FLASHGATE_REDIS_SENTINEL_MASTER", "redis.sentinel_master", "",
+		"the name Redis Sentinel knows the primary by; when set, redis.addrs lists the Sentinels and flashgate follows that "+
+			"primary through failovers (docs/cluster.md)", false,
+		func(c *Config) *string { return &c.Redis.SentinelMaster }),
+	strSetting("FLASHGATE_REDIS_SENTINEL_PASSWORD", "redis.sentinel_password", "", "the Sentinels' own password (AUTH), when they have one", true,
+		func(c *Config) *string { return &c.Redis.SentinelPassword }),
+	intSetting("FLASHGATE_REDIS_MIN_REPLICAS", "redis.min_replicas", "0",
+		"replicated mode when N >= 1: a 202, a pay, a cancel and an admin change are answered only once N replicas of the "+
+			"sale's primary hold them (WAIT after each script call, shared by its batch); past redis.timeout a buy is "+
+			"503 unconfirmed with its order_id, and /readyz is 503 while the primary has fewer than N replicas. 0: no wait",
+		0, 16, func(c *Config) *int { return &c.Redis.MinReplicas }),
 	{env: "FLASHGATE_REDIS_KEY_PREFIX", key: "redis.key_prefix", def: "fg",
 		doc: "prefix of every Redis key flashgate writes (lets several installations share one Redis)",
 		set: func(c *Config, v string) error {
