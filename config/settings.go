@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -122,16 +121,16 @@ var settings = []setting{
 		},
 		get: func(c *Config) string { return c.Redis.KeyPrefix }},
 	{env: "FLASHGATE_AMQP_URL", key: "amqp.url", def: "amqp://guest:guest@127.0.0.1:5672/", secret: true,
-		doc: "RabbitMQ URL",
+		doc: "RabbitMQ URL, or a comma-separated list of the URLs of the nodes of one RabbitMQ cluster, tried in turn at " +
+			"every (re)connect (docs/cluster.md); a comma inside a URL is written %2C",
 		set: func(c *Config, v string) error {
-			u, err := url.Parse(v)
-			if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-				return fmt.Errorf("want amqp://user:pass@host:port/vhost")
+			if err := checkAMQPURL(v); err != nil {
+				return err
 			}
 			c.AMQP.URL = v
 			return nil
 		},
-		get: func(c *Config) string { return maskURL(c.AMQP.URL) }},
+		get: func(c *Config) string { return MaskURL(c.AMQP.URL) }},
 	nameSetting("FLASHGATE_AMQP_EXCHANGE", "amqp.exchange", "flashgate.orders", "durable exchange the relay publishes orders to",
 		func(c *Config) *string { return &c.AMQP.Exchange }),
 	nameSetting("FLASHGATE_AMQP_QUEUE", "amqp.queue", "flashgate.orders", "quorum queue the consumers read; its dead-letter queue is QUEUE.dead",
@@ -411,17 +410,6 @@ func (c *Config) Fields() map[string]string {
 		out[s.key] = v
 	}
 	return out
-}
-
-func maskURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "***"
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxx")
-	}
-	return u.String()
 }
 
 func maskDSN(dsn string) string {
