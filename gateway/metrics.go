@@ -9,7 +9,7 @@ import (
 
 // buyStatuses are the statuses a buy can answer, each with its counter.
 var buyStatuses = []string{"accepted", "bad_request", "not_found", "not_started", "ended", "locked",
-	"limit_reached", "sold_out", "insufficient_stock", "idempotency_conflict", "rate_limited", "unavailable", "too_large",
+	"limit_reached", "sold_out", "insufficient_stock", "idempotency_conflict", "rate_limited", "unavailable", "unconfirmed", "too_large",
 	"unauthorized", "forbidden", "not_admitted"}
 
 // gatewayMetrics are the gateway's own series. Counters on the hot path are
@@ -40,6 +40,12 @@ func newGatewayMetrics(s *Server) *gatewayMetrics {
 		metrics.WriteCounterUint64(w, "flashgate_script_noscript_total", st.NoScript)
 		metrics.WriteCounterUint64(w, "flashgate_script_reloads_total", st.Reloads)
 		metrics.WriteCounterUint64(w, "flashgate_script_held_sales_total", st.Held)
+		if s.loader.Replicas() > 0 {
+			ws := s.loader.WaitStats()
+			metrics.WriteCounterUint64(w, "flashgate_replica_waits_total", ws.Calls)
+			metrics.WriteCounterUint64(w, "flashgate_replica_unconfirmed_total", ws.Unconfirmed)
+			metrics.WriteCounterFloat64(w, "flashgate_replica_wait_seconds_total", ws.Waited.Seconds())
+		}
 		draining := 0.0
 		if s.draining.Load() {
 			draining = 1

@@ -167,6 +167,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 		if errors.Is(res.Err, sale.ErrUnavailable) {
 			return s.unavailable(ctx, "reserve", res.Err) // logged, like a failed call
 		}
+		if res.Err == sale.ErrUnconfirmed {
+			ctx.Response.Header.Set("Retry-After", "1")
+			return write(ctx, unconfirmed(res.OrderID))
+		}
 		s.closed.remember(saleID, res.Err, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}

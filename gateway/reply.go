@@ -33,6 +33,7 @@ var (
 	replyOrderExpired     = fixed(409, "order_expired")
 	replyOrderConfirmed   = conflict(sale.ErrOrderConfirmed.Error())
 	replyUnavailable      = fixed(503, "unavailable")
+	replyUnconfirmed      = fixed(503, "unconfirmed")
 	replyTooLarge         = fixed(413, "too_large")
 	replyRateLimited      = fixed(429, "rate_limited")
 	replyUnauthorized     = fixed(401, "unauthorized")
@@ -80,11 +81,24 @@ func replyFor(err error) reply {
 		return replyOrderConfirmed
 	case errors.Is(err, sale.ErrRateLimited):
 		return replyRateLimited
+	case errors.Is(err, sale.ErrUnconfirmed):
+		return replyUnconfirmed
 	case errors.Is(err, sale.ErrBadWindow), errors.Is(err, sale.ErrStockRequired):
 		return badRequest(err.Error())
 	default:
 		return replyUnavailable
 	}
+}
+
+// unconfirmed is a buy's 503 in replicated mode: its order is made on the
+// primary, which the replicas have not confirmed in time; the body names
+// the order, whose status the buyer can poll, and a repeat of the buy with
+// its Idempotency-Key answers 202 once the order is safe.
+func unconfirmed(orderID string) reply {
+	b := make([]byte, 0, 48+len(orderID))
+	b = append(b, `{"status":"unconfirmed","order_id":`...)
+	b = appendString(b, orderID)
+	return reply{code: 503, body: append(b, '}'), status: "unconfirmed"}
 }
 
 // badRequest is a 400 with the reason in "error". Reasons are the gateway's

@@ -16,7 +16,7 @@ import (
 func (e *env) hold(sales ...string) int {
 	e.t.Helper()
 	for _, s := range sales {
-		if err := e.rdb.HSet(e.ctx, e.keys.Meta(s), "run", "0000").Err(); err != nil {
+		if err := e.rdb.HSet(e.ctx, e.keys.Meta(s), "rid", "0000").Err(); err != nil {
 			e.t.Fatal(err)
 		}
 	}

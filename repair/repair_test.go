@@ -172,7 +172,7 @@ func (e *env) rollBack(s snapshot) {
 			e.t.Fatal(err)
 		}
 	}
-	if err := e.rdb.HSet(e.ctx, e.keys.Meta(e.sale), "run", "0000").Err(); err != nil {
+	if err := e.rdb.HSet(e.ctx, e.keys.Meta(e.sale), "rid", "0000").Err(); err != nil {
 		e.t.Fatal(err)
 	}
 }

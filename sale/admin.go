@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // Sale reads a sale. It returns ErrNotFound or an error wrapping ErrUnavailable.
@@ -264,6 +266,10 @@ func (s *Store) admin(ctx context.Context, sale, op string, args ...any) (*View,
 // to reach Redis or to read the reply comes with no view.
 func (s *Store) adminKeys(ctx context.Context, sale string, keys []string, op string, args ...any) (*View, bool, error) {
 	a, err := s.loader.Admin(ctx, keys, append([]any{op, s.keys.Events(), sale}, args...)...)
+	if errors.Is(err, scripts.ErrUnconfirmed) {
+		s.changedOn(sale, false)
+		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnconfirmed, err)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%s %s: %w: %w", op, sale, ErrUnavailable, err)
 	}

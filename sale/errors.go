@@ -50,6 +50,10 @@ var (
 	// ErrUnavailable wraps every failure to reach Redis in time, and every
 	// reply the gateway cannot read: either way it promised nothing.
 	ErrUnavailable = errors.New("redis unavailable")
+	// ErrUnconfirmed is a change made on the sale's primary whose replicas
+	// did not acknowledge it in time (replicated mode, redis.min_replicas):
+	// a failover may still lose it. A buy's Result carries its order id.
+	ErrUnconfirmed = errors.New("the replicas did not confirm the change in time")
 	// errRepairing is a sale held after a Redis restart or failover until
 	// it has been checked against MySQL (scripts' hold, package repair).
 	errRepairing = fmt.Errorf("%w: the sale is held until it is checked against MySQL after a Redis restart", ErrUnavailable)

@@ -66,7 +66,8 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 		bucket = bs.names[b]
 	}
 	r, err := s.loader.Order(ctx, s.orderKeys(bucket), op, s.keys.Events(), sale, orderID)
-	if err != nil {
+	unconfirmed := errors.Is(err, scripts.ErrUnconfirmed)
+	if err != nil && !unconfirmed {
 		return scripts.Record{}, false, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnavailable, err)
 	}
 	if r.Changed {
@@ -76,5 +77,14 @@ func (s *Store) orderOp(ctx context.Context, sale, op, orderID string) (scripts.
 	if rec.Due(r.Now) {
 		rec.State = order.StateExpired
 	}
-	return rec, r.Changed, outcome(r.Code)
+	res := outcome(r.Code)
+	switch {
+	case res == errRepairing:
+		s.loader.Stale()
+	case unconfirmed:
+		// Whatever the answer (paid, or expired there and then), it is a
+		// change the replicas have not confirmed.
+		return rec, r.Changed, fmt.Errorf("%s %s/%s: %w: %w", op, sale, orderID, ErrUnconfirmed, err)
+	}
+	return rec, r.Changed, res
 }

@@ -113,17 +113,28 @@ func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation
 		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
 	}
 	r, err := s.loader.Reserve(ctx, keys, len(rs), args...)
-	if err != nil {
+	unconfirmed := errors.Is(err, scripts.ErrUnconfirmed)
+	if err != nil && !unconfirmed {
 		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
 	}
-	wrote := false
+	wrote, held := false, false
 	for i := range rs {
 		o := r.At(i)
-		out[i] = Result{OrderID: o.OrderID, PayBy: o.PayBy, Err: outcome(o.Code)}
+		res := Result{OrderID: o.OrderID, PayBy: o.PayBy, Err: outcome(o.Code)}
+		switch {
+		case res.Err == nil && unconfirmed:
+			res.Err = ErrUnconfirmed // made on the primary; its buyer hears 503 unconfirmed with the order id
+		case res.Err == errRepairing:
+			held = true
+		}
+		out[i] = res
 		wrote = wrote || o.Code == scripts.CodeOK
 	}
 	if wrote {
 		s.changedOn(id, true)
+	}
+	if held {
+		s.loader.Stale() // a pass lists the held sale for package repair
 	}
 	return nil
 }

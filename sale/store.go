@@ -162,7 +162,8 @@ func (s *Store) NotDurable() (reason string, ok bool) {
 }
 
 // Run does the store's background work until ctx is done: the settling of
-// half-done moves of bucketed sales every second, and in zero-loss mode
+// half-done moves of bucketed sales every second, the hold pass after a
+// change of Redis primary (scripts.Loader.Watch), and in zero-loss mode
 // the check of every primary's persistence, at once and every second. It
 // blocks; Redis failures are logged and tried again.
 func (s *Store) Run(ctx context.Context) {
@@ -171,6 +172,7 @@ func (s *Store) Run(ctx context.Context) {
 	if s.durable != nil {
 		wg.Go(func() { s.durable.run(ctx) })
 	}
+	wg.Go(func() { _ = s.loader.Watch(ctx, 0, s.log.Named("hold")) })
 	t := time.NewTicker(settleEvery)
 	defer t.Stop()
 	for {

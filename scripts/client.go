@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,6 +28,8 @@ func ClientOptions(c config.Redis) redis.UniversalOptions {
 	t := c.Timeout
 	return redis.UniversalOptions{
 		Addrs:                 c.Addrs,
+		MasterName:            c.SentinelMaster,
+		SentinelPassword:      c.SentinelPassword,
 		Username:              c.Username,
 		Password:              c.Password,
 		DialTimeout:           t,
@@ -39,30 +42,49 @@ func ClientOptions(c config.Redis) redis.UniversalOptions {
 	}
 }
 
-// NewClient returns a client with the options o: of a Redis Cluster when
-// o.Addrs holds more than one address, else of one Redis. A client of one
-// address first asks, on every new connection (one INFO round trip, before
-// o.OnConnect if set), whether its server is a node of a Redis Cluster, and
-// refuses it if so: every command then fails with ErrClusterNode. A client
-// of one node of a cluster would reach only that node's slots, and every
-// sale elsewhere would answer MOVED, while the others work. A server or
-// proxy that answers no INFO is taken as it is. NewClient connects to
-// nothing and does not change o; the caller closes the client, which is
-// safe for concurrent use.
+// NewClient returns a client with the options o: of the primary that the
+// Sentinels at o.Addrs know as o.MasterName when that is set (go-redis's
+// failover client, which follows the primary through a failover); else of
+// a Redis Cluster when o.Addrs holds more than one address, else of one
+// Redis. A cluster client reloads the cluster's slot map once it is older
+// than ClusterReload, so that after a failover it reaches the promoted
+// replica within about that time, also when the failed primary cannot
+// answer the MOVED that would tell it. A client of one address first asks,
+// on every new connection (one INFO round trip, before o.OnConnect if set),
+// whether its server is a node of a Redis Cluster, and refuses it if so:
+// every command then fails with ErrClusterNode. A client of one node of a
+// cluster would reach only that node's slots, and every sale elsewhere
+// would answer MOVED, while the others work. A server or proxy that
+// answers no INFO is taken as it is. NewClient connects to nothing and does
+// not change o; the caller closes the client, which is safe for concurrent
+// use.
 func NewClient(o redis.UniversalOptions) redis.UniversalClient {
 	o.Addrs = slices.Clone(o.Addrs)
-	o.IsClusterMode = len(o.Addrs) > 1
-	if !o.IsClusterMode {
-		then := o.OnConnect
-		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-			if err := refuseClusterNode(ctx, cn); err != nil || then == nil {
-				return err
-			}
-			return then(ctx, cn)
-		}
+	switch {
+	case o.MasterName != "":
+		return redis.NewFailoverClient(o.Failover())
+	case len(o.Addrs) > 1:
+		co := o.Cluster()
+		co.ClusterStateReloadInterval = ClusterReload
+		return redis.NewClusterClient(co)
 	}
-	return redis.NewUniversalClient(&o)
+	then := o.OnConnect
+	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if err := refuseClusterNode(ctx, cn); err != nil || then == nil {
+			return err
+		}
+		return then(ctx, cn)
+	}
+	return redis.NewClient(o.Simple())
 }
+
+// ClusterReload is how old a cluster client's slot map may grow before a
+// command makes the client read it again (in the background, one read at a
+// time). A failed primary answers nothing, so only this tells a client that
+// its replica took its slots: go-redis's default, a minute, would leave the
+// failed primary's sales answering 503 for that long after the promotion.
+// One CLUSTER SLOTS per second per process costs the cluster nothing.
+const ClusterReload = time.Second
 
 // ErrClusterNode is the error of every command of a client of one address
 // (NewClient) whose server is a node of a Redis Cluster.

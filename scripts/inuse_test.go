@@ -101,11 +101,11 @@ func allTrue(n int) []bool {
 	return out
 }
 
-// seedSale registers a sale created under another Redis run than this
-// one's, as a restart leaves it: the next hold pass holds it.
+// seedSale registers a sale created under another history of Redis than
+// this one's (meta rid), as a restart leaves it: the next hold pass holds it.
 func seedSale(ctx context.Context, t *testing.T, rdb redis.Cmdable, keys scripts.Keys, sale string) {
 	t.Helper()
-	if err := rdb.HSet(ctx, keys.Meta(sale), "stock", 1, "sold", 0, "run", "0000").Err(); err != nil {
+	if err := rdb.HSet(ctx, keys.Meta(sale), "stock", 1, "sold", 0, "rid", "0000").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.SAdd(ctx, keys.Sales(), sale).Err(); err != nil {
@@ -115,7 +115,9 @@ func seedSale(ctx context.Context, t *testing.T, rdb redis.Cmdable, keys scripts
 
 // Invariant 12 at SCRIPT FLUSH: after a reload refused because of the
 // folder, the loss of the script cache loads the set in use again, from
-// memory, hold pass first, and calls go on; the folder is not read.
+// memory, and calls go on; the folder is not read. The call runs no hold
+// pass on its clock (invariant 14): it asks Watch for one, and that pass
+// runs the hold script of the set in use.
 func TestNoScriptLoadsTheSetInUse(t *testing.T) {
 	rdb := localstack.Redis(t)
 	for _, b := range brokenFolders {
@@ -146,11 +148,17 @@ func TestNoScriptLoadsTheSetInUse(t *testing.T) {
 			if after.NoScript == before.NoScript {
 				t.Errorf("no NOSCRIPT was met: the test did not exercise the path")
 			}
-			if after.Held == before.Held {
-				t.Errorf("the NOSCRIPT's load held nothing: the hold pass did not run before it")
+			if after.Held != before.Held {
+				t.Errorf("the NOSCRIPT's load held %d sales: a hold pass ran on the caller's clock", after.Held-before.Held)
+			}
+			if !l.Asked() {
+				t.Errorf("the NOSCRIPT did not ask for a hold pass")
+			}
+			if n, err := l.HoldPass(ctx); err != nil || n != 1 {
+				t.Errorf("the hold pass asked for: held %d, %v; want 1, nil", n, err)
 			}
 			if hold, _ := rdb.HGet(ctx, keys.Meta("s1"), "hold").Result(); hold != "1" {
-				t.Errorf("the seeded sale's hold is %q after the NOSCRIPT's hold pass, want 1", hold)
+				t.Errorf("the seeded sale's hold is %q after the hold pass, want 1", hold)
 			}
 			b.checkInUse(ctx, t, l, rdb, first)
 		})
@@ -158,9 +166,9 @@ func TestNoScriptLoadsTheSetInUse(t *testing.T) {
 }
 
 // Invariant 12 at a Redis restart, on a redis-server of the test's own:
-// the restart empties the script cache and changes the run id; the first
-// call loads the set in use again (not the broken folder), after a hold
-// pass that holds the sale the restart may have set back.
+// the restart empties the script cache and changes the replication id; the
+// first call loads the set in use again (not the broken folder) and asks
+// for the hold pass, which holds the sale the restart may have set back.
 func TestRestartLoadsTheSetInUse(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("no redis-server on PATH (make up installs it): %v", err)
@@ -187,16 +195,16 @@ func TestRestartLoadsTheSetInUse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A sale created under this run: only the restart makes the
-			// hold pass hold it.
-			run, err := rdb.Info(ctx, "server").Result()
+			// A sale created under this history: only the restart makes
+			// the hold pass hold it.
+			run, err := rdb.Info(ctx, "replication").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, run, _ = strings.Cut(run, "run_id:")
+			_, run, _ = strings.Cut(run, "master_replid:")
 			run, _, _ = strings.Cut(run, "\r\n")
 			seedSale(ctx, t, rdb, keys, "s1")
-			if err := rdb.HSet(ctx, keys.Meta("s1"), "run", run).Err(); err != nil {
+			if err := rdb.HSet(ctx, keys.Meta("s1"), "rid", run).Err(); err != nil {
 				t.Fatal(err)
 			}
 			b.brk(ctx, t, l, dir, first)
@@ -209,6 +217,12 @@ func TestRestartLoadsTheSetInUse(t *testing.T) {
 			}
 			if v, err := ping(ctx, l); err != nil || v != "pong" {
 				t.Fatalf("a call after the restart: %v, %v", v, err)
+			}
+			if !l.Asked() {
+				t.Errorf("the restart's NOSCRIPT did not ask for a hold pass")
+			}
+			if n, err := l.HoldPass(ctx); err != nil || n != 1 {
+				t.Errorf("the hold pass asked for: held %d, %v; want 1, nil", n, err)
 			}
 			if hold, _ := rdb.HGet(ctx, keys.Meta("s1"), "hold").Result(); hold != "1" {
 				t.Errorf("the sale's hold is %q after the restart's hold pass, want 1", hold)

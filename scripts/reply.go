@@ -23,12 +23,12 @@ var ErrReply = errors.New("unexpected script reply")
 // call runs the script name and decodes its reply with decode.
 func call[T any](ctx context.Context, l *Loader, name string, decode func(any) (T, error), keys []string, args []any) (T, error) {
 	v, err := l.Run(ctx, name, keys, args...)
-	if err == nil {
-		var r T
-		if r, err = decode(v); err == nil {
-			return r, nil
+	if err == nil || errors.Is(err, ErrUnconfirmed) {
+		r, derr := decode(v)
+		if derr == nil {
+			return r, err // the reply, with ErrUnconfirmed in replicated mode when unconfirmed
 		}
-		err = replyError(name, err)
+		err = replyError(name, derr)
 	}
 	var zero T
 	return zero, err
@@ -100,18 +100,20 @@ func decodeReserve(v any, n int) (ReserveReply, error) {
 // Reserve runs the reserve script for n reservations (keys and args as
 // lua/reserve.lua says: 4 arguments per reservation after the sale and the
 // TTL) and returns its reply, of exactly n outcomes. It blocks as Run
-// does, returns Run's errors, or one wrapping ErrReply. It is safe for
+// does, returns Run's errors, or one wrapping ErrReply; in replicated mode
+// the reply comes with an error wrapping ErrUnconfirmed when the replicas
+// did not confirm it (so do Admin's and Order's). It is safe for
 // concurrent use; on success it allocates nothing beyond Run.
 func (l *Loader) Reserve(ctx context.Context, keys []string, n int, args ...any) (ReserveReply, error) {
 	v, err := l.Run(ctx, Reserve, keys, args...)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrUnconfirmed) {
 		return ReserveReply{}, err
 	}
-	r, err := decodeReserve(v, n)
-	if err != nil {
-		return ReserveReply{}, replyError(Reserve, err)
+	r, derr := decodeReserve(v, n)
+	if derr != nil {
+		return ReserveReply{}, replyError(Reserve, derr)
 	}
-	return r, nil
+	return r, err
 }
 
 // AdminReply is the admin script's reply to every operation but ping: the

@@ -14,9 +14,9 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// runIDHook makes Redis look restarted to the Loader: the INFO server reply
-// numbered n (the first is 1) carries the run id prefixed with id(n), the
-// real one when that is "". It also counts the hold passes (SMEMBERS of
+// runIDHook makes Redis look restarted to the Loader: the INFO replication
+// reply numbered n (the first is 1) carries the replication id prefixed with
+// id(n), the real one when that is "". It also counts the hold passes (SMEMBERS of
 // the registry).
 type runIDHook struct {
 	id          func(n int64) string
@@ -31,10 +31,10 @@ func (h *runIDHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch {
 		case cmd.Name() == "smembers":
 			h.sets.Add(1)
-		case cmd.Name() == "info" && len(cmd.Args()) > 1 && cmd.Args()[1] == "server":
+		case cmd.Name() == "info" && len(cmd.Args()) > 1 && cmd.Args()[1] == "replication":
 			n := h.infos.Add(1)
 			if sc, ok := cmd.(*redis.StringCmd); ok && err == nil && h.id(n) != "" {
-				sc.SetVal(strings.Replace(sc.Val(), "run_id:", "run_id:"+h.id(n), 1))
+				sc.SetVal(strings.Replace(sc.Val(), "master_replid:", "master_replid:"+h.id(n), 1))
 			}
 		}
 		return err

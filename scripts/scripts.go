@@ -117,12 +117,24 @@ type Loader struct {
 	gen    atomic.Uint64 // successful loads; a NOSCRIPT reloads only if none came since its call began
 
 	calls, errs, noscript, reloads, held atomic.Uint64
+
+	// replicas > 0 is replicated mode (SetReplicas): the calls that change
+	// something are followed by WAIT replicas on their connection.
+	replicas               int
+	waits, waited, unacked atomic.Uint64
+	waitNanos              atomic.Int64
+
+	// kick asks Watch for a hold pass (Stale); passed is the histories of
+	// the primaries under which the last pass ran to its end.
+	kick   chan struct{}
+	passMu sync.Mutex
+	passed []string
 }
 
 // New returns a loader reading from dir, or from the built-in copies when dir
 // is empty, for the sales under keys. It loads nothing until Load is called.
 func New(rdb redis.UniversalClient, dir string, keys Keys) *Loader {
-	return &Loader{rdb: rdb, dir: dir, keys: keys}
+	return &Loader{rdb: rdb, dir: dir, keys: keys, kick: make(chan struct{}, 1)}
 }
 
 // Load reads every script from the folder (or the built-in copies), runs
@@ -171,7 +183,7 @@ var errRestarted = errors.New("a primary restarted during the load")
 func (l *Loader) load(ctx context.Context, srcs map[string]string, readAt time.Time) error {
 	err := retry.Until(ctx, retry.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond, Tries: loadTries},
 		func(ctx context.Context) error {
-			before, err := l.runIDs(ctx)
+			before, err := l.histories(ctx)
 			if err != nil {
 				return retry.Stop(err)
 			}
@@ -182,13 +194,14 @@ func (l *Loader) load(ctx context.Context, srcs map[string]string, readAt time.T
 			if err != nil {
 				return retry.Stop(err)
 			}
-			after, err := l.runIDs(ctx)
+			after, err := l.histories(ctx)
 			if err != nil {
 				return retry.Stop(err)
 			}
 			if !slices.Equal(before, after) {
 				return errRestarted
 			}
+			l.setPassed(after)
 			s.srcs, s.readAt = srcs, readAt
 			l.cur.Store(s)
 			l.gen.Add(1)
@@ -312,19 +325,21 @@ func (l *Loader) holdPass(ctx context.Context, src string) (int, error) {
 	return n, nil
 }
 
-// runIDs returns the run id of every primary, sorted.
-func (l *Loader) runIDs(ctx context.Context) ([]string, error) {
+// histories returns the replication id (master_replid) of every primary,
+// sorted: the name of each one's history of writes, which a restart or a
+// promotion changes (the hold script).
+func (l *Loader) histories(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	var ids []string
 	err := ForEachPrimary(ctx, l.rdb, func(ctx context.Context, node redis.Cmdable, addr string) error {
-		info, err := node.Info(ctx, "server").Result()
+		info, err := node.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
-		_, rest, ok := strings.Cut(info, "run_id:")
+		_, rest, ok := strings.Cut(info, "master_replid:")
 		id, _, _ := strings.Cut(rest, "\r\n")
 		if !ok || id == "" {
-			return fmt.Errorf("INFO server of %s has no run_id", addr)
+			return fmt.Errorf("INFO replication of %s has no master_replid", addr)
 		}
 		mu.Lock()
 		ids = append(ids, id)
@@ -332,7 +347,7 @@ func (l *Loader) runIDs(ctx context.Context) ([]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scripts: read run ids: %w", err)
+		return nil, fmt.Errorf("scripts: read the primaries' replication ids: %w", err)
 	}
 	slices.Sort(ids)
 	return ids, nil
@@ -393,7 +408,7 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 		l.errs.Add(1)
 		return nil, fmt.Errorf("scripts: no script %q", name)
 	}
-	v, err := sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
+	v, err := l.eval(ctx, sc, keys, args)
 	// Another flush may come between the load and the call (each is a
 	// NOSCRIPT again): a few rounds, each bounded by ctx. A round follows
 	// the last at once, not after a pause (so not retry.Until): the remedy
@@ -408,12 +423,21 @@ func (l *Loader) Run(ctx context.Context, name string, keys []string, args ...an
 			err = fmt.Errorf("scripts: no script %q", name)
 			break
 		}
-		v, err = sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
+		v, err = l.eval(ctx, sc, keys, args)
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.Is(err, ErrUnconfirmed) {
 		l.errs.Add(1)
 	}
 	return v, err
+}
+
+// eval calls sc once: with EVALSHA, and in replicated mode, when the call
+// may change something, with WAIT on the same connection (evalWait).
+func (l *Loader) eval(ctx context.Context, sc *Script, keys []string, args []any) (any, error) {
+	if l.replicas > 0 && changes(sc.Name, args) {
+		return l.evalWait(ctx, sc, keys, args)
+	}
+	return sc.rs.EvalSha(ctx, l.rdb, keys, args...).Result()
 }
 
 // noscriptTries is how many times Run loads the set again for one call.
@@ -428,13 +452,27 @@ const noscriptTries = 64
 
 // reloadSince loads the set in use again, from the sources it keeps (never
 // from the folder), unless a load succeeded after generation gen: the many
-// calls that meet one NOSCRIPT together load once.
+// calls that meet one NOSCRIPT together load once. It runs no hold pass: a
+// NOSCRIPT is met on a buyer's clock, and a pass scales with the sales that
+// exist (DESIGN.md, invariant 14). None is needed first: each script holds
+// the sale it touches when the sale's history is not this Redis's (the hold
+// script), so a restarted Redis sells nothing it should not. It asks Watch
+// for a pass, which lists the held sales for package repair.
 func (l *Loader) reloadSince(ctx context.Context, gen uint64) error {
+	l.Stale()
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
 	if l.gen.Load() != gen {
 		return nil
 	}
 	s := l.cur.Load()
-	return l.load(ctx, s.srcs, s.readAt)
+	loaded, err := l.loadSet(ctx, s.srcs)
+	if err != nil {
+		return err
+	}
+	loaded.srcs, loaded.readAt = s.srcs, s.readAt
+	l.cur.Store(loaded)
+	l.gen.Add(1)
+	l.reloads.Add(1)
+	return nil
 }

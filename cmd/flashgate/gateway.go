@@ -29,6 +29,7 @@ func runGateway(ctx context.Context, args []string, _ io.Writer) error {
 	rdb := newRedis(cfg)
 	defer rdb.Close()
 	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
+	loader.SetReplicas(cfg.Redis.MinReplicas)
 	reload := gateway.AuditedReload(log.Named("scripts"), loader)
 
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}

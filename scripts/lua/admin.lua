@@ -129,11 +129,11 @@ if op == 'upsert' then
   if s > 0 and e > 0 and e <= s then return view(BAD_WINDOW) end
   if stock ~= '' and tonumber(stock) < sold then return view(below) end
   if not exists then
-    -- run: the Redis process this sale was created under, so that the hold
-    -- script holds it only after a restart or failover (a new run id).
+    -- rid: the history of this Redis the sale was created under, so that
+    -- it is held only after a restart or a promotion (the hold script).
     created = 1
     redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0, 'born', now,
-      'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+      'rid', string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)'))
     if buckets ~= '' and tonumber(buckets) > 1 then
       redis.call('HSET', KEYS[1], 'buckets', buckets, 'names', names, 'moved', 0)
     end

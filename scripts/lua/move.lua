@@ -54,8 +54,18 @@ local REPAIRING = 19           -- held: nothing moves until package repair relea
 local OP_TTL = 7 * 86400
 
 local op, id = ARGV[1], ARGV[2]
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'moved', 'buckets', 'hold', 'fence', 'fenced')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'moved', 'buckets', 'hold', 'fence', 'fenced', 'rid', 'wr', 'qv')
 if m[1] == false then return {NOT_FOUND, 0} end
+-- A slot last checked under another history of this Redis (meta rid, see
+-- the hold script) is held here and now, as the hold script would.
+if m[5] ~= '1' and m[8] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  redis.call('HSET', KEYS[1], 'hold', 1)
+  if m[9] and m[9] ~= '0' then
+    local t = redis.call('TIME')
+    redis.call('HSET', KEYS[1], 'qv', math.max((tonumber(m[10]) or 0) + 1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+  end
+  return {REPAIRING, 0}
+end
 if m[5] == '1' then return {REPAIRING, 0} end
 local stock, sold, moved = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local t = redis.call('TIME')

@@ -48,11 +48,20 @@ local ORDER_CONFIRMED = 18     -- a pay of an order whose sale asked none
 local REPAIRING = 19           -- the sale may be behind MySQL: 503 until repaired
 
 local op, channel, sale = ARGV[1], ARGV[2], ARGV[3]
-local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq', 'outq')
+local mh = redis.call('HMGET', KEYS[1], 'hold', 'seq', 'outq', 'rid', 'stock', 'wr', 'qv')
 -- TIME as late as it can be: the outbox entry's stream id (Redis's clock
 -- at the XADD) should fall in the millisecond the decision was made in.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A sale last checked under another history of this Redis (meta rid, see
+-- the hold script) is held here and now, as the hold script would.
+if mh[5] and mh[1] ~= '1' and mh[4] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  redis.call('HSET', KEYS[1], 'hold', 1)
+  if mh[6] and mh[6] ~= '0' then
+    redis.call('HSET', KEYS[1], 'qv', math.max((tonumber(mh[7]) or 0) + 1, now))
+  end
+  mh[1] = '1'
+end
 if mh[1] == '1' then
   if op == 'sweep' then return {now, now + 1000} end
   return {REPAIRING, '', now, 0}
@@ -181,4 +190,10 @@ else
   end -- cancelled already: the same answer
 end
 flush()
+-- A pay or cancel answered OK without a change (paid or cancelled before)
+-- still writes once, after that change: WAIT (replicated mode) then covers
+-- it (see the reserve script's end).
+if op ~= 'get' and code == OK and changed == 0 then
+  redis.call('HSET', KEYS[1], 'seq', seq)
+end
 return {code, encode(o), now, changed}

@@ -46,7 +46,17 @@ local RATE, PASS = 100, 120
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'starts', 'ends', 'buckets',
-  'wr', 'aps', 'pass', 'joined', 'preq', 'qv', 'qt', 'qh', 'born', 'wkey')
+  'wr', 'aps', 'pass', 'joined', 'preq', 'qv', 'qt', 'qh', 'born', 'wkey', 'rid', 'hold')
+-- A sale last checked under another history of this Redis (meta rid, see
+-- the hold script) is held here and now, as the hold script would: its
+-- clock's version moves past any a gateway may hold. Joins go on.
+if m[1] and m[17] ~= '1' and m[16] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  redis.call('HSET', KEYS[1], 'hold', 1)
+  if m[6] and m[6] ~= '0' then
+    m[11] = math.max((tonumber(m[11]) or 0) + 1, now)
+    redis.call('HSET', KEYS[1], 'qv', m[11])
+  end
+end
 local wr = tonumber(m[6]) or 0
 local starts, ends = tonumber(m[3]) or 0, tonumber(m[4]) or 0
 local rate, pass = tonumber(m[7]) or RATE, tonumber(m[8]) or PASS

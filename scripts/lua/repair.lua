@@ -22,7 +22,7 @@
 -- the units sold pass the stock (a restock lost with the same writes), the
 -- stock is raised to them: those units are sold, in MySQL.
 --
--- The last call sets meta seq to at least MySQL's, run to this process's run
+-- The last call sets meta seq to at least MySQL's, rid to this Redis's
 -- id, clears hold and announces the sale. On a sale not held (repaired
 -- already, by another consumer) every call changes nothing, so any number
 -- of repairers may run at once.
@@ -103,7 +103,7 @@ for field, n in pairs(counts) do redis.call('HINCRBY', KEYS[1], field, n) end
 if last then
   local seq = tonumber(m[4]) or 0
   if maxseq > seq then seq = maxseq end
-  redis.call('HSET', KEYS[1], 'seq', seq, 'run', string.match(redis.call('INFO', 'server'), 'run_id:(%x+)'))
+  redis.call('HSET', KEYS[1], 'seq', seq, 'rid', string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)'))
   redis.call('HDEL', KEYS[1], 'hold')
   redis.call('PUBLISH', ARGV[1], sale)
 end

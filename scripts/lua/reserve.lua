@@ -54,8 +54,20 @@ local BUCKETED = 20            -- the sale's stock is in its buckets: ask the bu
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold', 'buckets', 'outq')
+local m = redis.call('HMGET', KEYS[1], 'stock', 'sold', 'limit', 'starts', 'ends', 'locked', 'window', 'seq', 'hold', 'buckets', 'outq',
+  'rid', 'wr', 'qv')
 local exists = m[1] ~= false
+-- A sale last checked under another history of this Redis (meta rid, see
+-- the hold script: a restart or a promotion since) is held here and now,
+-- as the hold script would, before anything is decided on what this Redis
+-- holds of it.
+if exists and m[9] ~= '1' and m[12] ~= string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') then
+  redis.call('HSET', KEYS[1], 'hold', 1)
+  if m[13] and m[13] ~= '0' then
+    redis.call('HSET', KEYS[1], 'qv', math.max((tonumber(m[14]) or 0) + 1, now))
+  end
+  m[9] = '1'
+end
 local stock = tonumber(m[1]) or 0
 local sold = tonumber(m[2]) or 0
 local limit = tonumber(m[3]) or 0
@@ -119,6 +131,9 @@ if exists then
   prevs = redis.call('HMGET', KEYS[4], unpack(ids))
 end
 local recs, dues, seen, lines = {}, {}, {}, {}
+-- replayed: an order accepted before is answered again (a retried call, an
+-- Idempotency-Key); see the end.
+local replayed = false
 
 -- The units the batch's buyers hold, read in one call when the sale is open
 -- (a buyer at the limit hears limit_reached before sold_out), and kept here
@@ -144,7 +159,7 @@ for i = 3, #ARGV, 4 do
     code = ORDER_ID_COLLISION
   elseif prev then
     local q, u, p = recorded(prev)
-    if q == qty and u == user then code, pb = OK, p else code = ORDER_ID_COLLISION end
+    if q == qty and u == user then code, pb, replayed = OK, p, true else code = ORDER_ID_COLLISION end
   elseif ik > 0 then
     local v = redis.call('GET', KEYS[ik])
     if v then
@@ -152,7 +167,7 @@ for i = 3, #ARGV, 4 do
       -- tab-separated: no id holds a tab.
       local u, q, c, o = string.match(v, '^(.-)\t(%d+)\t(%d+)\t([^\t]*)')
       if u == user and tonumber(q) == qty then
-        code, rid = tonumber(c), o
+        code, rid, replayed = tonumber(c), o, true
         pb = tonumber(string.match(v, '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)$')) or 0
       else
         code, rid = IDEMPOTENCY_CONFLICT, ''
@@ -230,5 +245,12 @@ if sold ~= sold0 then
 end
 if pending > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', pending)
+end
+-- A call that answers an earlier order again and writes nothing else still
+-- writes once: WAIT (replicated mode) waits for the replicas to reach the
+-- connection's last write, and this write, after the earlier order's, makes
+-- the wait cover that order too.
+if replayed and sold == sold0 then
+  redis.call('HSET', KEYS[1], 'seq', seq)
 end
 return out
