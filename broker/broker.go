@@ -3,6 +3,11 @@
 // they both run their sessions in, and the dead-letter queue read back
 // (Browse, Requeue) for `flashgate dlq`.
 //
+// amqp.url may list the nodes of one RabbitMQ cluster (config.AMQP.Nodes).
+// Every connect tries them in turn until one answers: Open, QueueDepth,
+// Browse and Requeue from the first node; Loop from the node it last
+// reached, or the one after the node that last failed it (see ring).
+//
 // The topology, declared idempotently by every process that connects:
 //
 //	exchange EXCHANGE (direct, durable)
@@ -108,8 +113,9 @@ func bind(ch *amqp.Channel, c config.AMQP) error {
 	return nil
 }
 
-// Dial connects to url and completes the AMQP handshake, bounded by ctx and
-// by a handshake timeout. name shows in RabbitMQ's connection list.
+// Dial connects to url, one node's URL, and completes the AMQP handshake,
+// bounded by ctx and by a handshake timeout. name shows in RabbitMQ's
+// connection list.
 func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	deadline := time.Now().Add(handshake)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -147,10 +153,14 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 type Session struct {
 	Conn    *amqp.Connection
 	Channel *amqp.Channel
+	// Node is the URL of the node the session is connected to, its
+	// password masked: for logs.
+	Node string
 	// Warning, when not empty, is something the operator should know about
 	// the topology found (a queue with other arguments than configured).
 	Warning string
 
+	node      int // Node's index in amqp.url's list
 	done      chan struct{}
 	served    atomic.Bool
 	closeOnce sync.Once
@@ -159,10 +169,32 @@ type Session struct {
 }
 
 // Open dials, opens a channel and declares the topology, blocking until done
-// or ctx ends. On failure it closes whatever it had opened and returns a
-// wrapped error; it never leaves a connection behind.
+// or ctx ends. With a list of nodes it tries each in turn, from the first,
+// until one of them does all three. On failure it closes whatever it had
+// opened and returns a wrapped error (with a list, one naming every node
+// tried); it never leaves a connection behind.
 func Open(ctx context.Context, c config.AMQP, name string) (*Session, error) {
-	conn, err := Dial(ctx, c.URL, name)
+	return open(ctx, c, name, newRing(c))
+}
+
+// open is Open through the nodes of r, from its start.
+func open(ctx context.Context, c config.AMQP, name string, r *ring) (*Session, error) {
+	var s *Session
+	i, err := r.round(ctx, func(node string) error {
+		var err error
+		s, err = openNode(ctx, c, node, name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.Node, s.node = config.MaskURL(r.nodes[i]), i
+	return s, nil
+}
+
+// openNode is Open on one node.
+func openNode(ctx context.Context, c config.AMQP, node, name string) (*Session, error) {
+	conn, err := Dial(ctx, node, name)
 	if err != nil {
 		return nil, err
 	}
@@ -272,9 +304,15 @@ type Depth struct {
 }
 
 // QueueDepth returns the orders queue's Depth (passive declare). It opens a
-// connection of its own and closes it, bounded by ctx.
+// connection of its own (to the first node of a list that answers) and
+// closes it, bounded by ctx.
 func QueueDepth(ctx context.Context, c config.AMQP, name string) (Depth, error) {
-	conn, err := Dial(ctx, c.URL, name)
+	var conn *amqp.Connection
+	_, err := newRing(c).round(ctx, func(node string) error {
+		var err error
+		conn, err = Dial(ctx, node, name)
+		return err
+	})
 	if err != nil {
 		return Depth{}, err
 	}

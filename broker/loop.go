@@ -16,6 +16,12 @@ import (
 // cannot be opened) waits a backoff delay and opens the next. It is the one
 // reconnect loop of every RabbitMQ client in flashgate (relay, consumer).
 //
+// With a list of nodes in AMQP.URL, each attempt tries them in turn and
+// counts as one attempt however many nodes it tried: it starts at the node
+// of the last session, unless that session lost its connection (the node
+// or the network to it went away) or the node failed to connect, in which
+// case it starts at the node after. The log names the node of each session.
+//
 // Set the fields before Run; the counters are safe for concurrent use.
 type Loop struct {
 	AMQP config.AMQP
@@ -51,9 +57,10 @@ func (l *Loop) Run(ctx context.Context, serve func(ctx context.Context, s *Sessi
 		pause = func(ctx context.Context, d time.Duration) { retry.Sleep(ctx, d) }
 	}
 	bo := l.Backoff
+	nodes := newRing(l.AMQP)
 	sessions := 0
 	for ctx.Err() == nil {
-		s, err := Open(ctx, l.AMQP, l.Name)
+		s, err := open(ctx, l.AMQP, l.Name, nodes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -69,11 +76,20 @@ func (l *Loop) Run(ctx context.Context, serve func(ctx context.Context, s *Sessi
 		}
 		if sessions++; sessions > 1 {
 			l.reconnects.Add(1)
-			log.Info("reconnected to RabbitMQ")
+			log.Info("reconnected to RabbitMQ", zap.String("node", s.Node))
+		} else {
+			log.Info("connected to RabbitMQ", zap.String("node", s.Node))
 		}
 		l.connected.Store(true)
 		err = serve(ctx, s)
 		l.connected.Store(false)
+		// Closed before Close: not by flashgate, so the node (or the way
+		// to it) failed, and it is the last to try next time. A session
+		// ended otherwise (a channel error, serve's own reasons) leaves
+		// the node first.
+		if s.Conn.IsClosed() {
+			nodes.failed(s.node)
+		}
 		_ = s.Close()
 		if s.served.Load() {
 			bo.Reset()
