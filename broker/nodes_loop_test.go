@@ -25,8 +25,21 @@ import (
 // whose connection can be cut) or to a closed port (a dead node that
 // counts the attempts to reach it).
 
-// realNode returns the first node of c.URL, the local stack's RabbitMQ.
-func realNode(c config.AMQP) string { return c.Nodes()[0] }
+// realNode returns the first node of c.URL that answers: the local
+// stack's RabbitMQ, unless FLASHGATE_AMQP_URL says otherwise.
+func realNode(t *testing.T, c config.AMQP) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, node := range c.Nodes() {
+		if conn, err := broker.Dial(ctx, node, "broker test"); err == nil {
+			_ = conn.Close()
+			return node
+		}
+	}
+	t.Fatalf("no node of %s answers (run `make up`)", config.MaskURL(c.URL))
+	return ""
+}
 
 // closedAddr returns a loopback address where nothing listens.
 func closedAddr(t *testing.T) string {
@@ -58,7 +71,7 @@ func at(t *testing.T, node, addr, password string) string {
 // reaches the queue.
 func TestOpenListSkipsDeadNode(t *testing.T) {
 	c := testAMQP(t)
-	real := realNode(c)
+	real := realNode(t, c)
 	c.URL = at(t, real, closedAddr(t), "dead-s3cret") + "," + real
 	s := open(t, c)
 	if want := config.MaskURL(real); s.Node != want {
@@ -86,7 +99,7 @@ func TestOpenListSkipsDeadNode(t *testing.T) {
 // masked; so does QueueDepth's connection.
 func TestOpenListAllDead(t *testing.T) {
 	c := config.Default().AMQP
-	real := realNode(c)
+	real := realNode(t, c)
 	a, b := closedAddr(t), closedAddr(t)
 	c.URL = at(t, real, a, "first-s3cret") + "," + at(t, real, b, "second-s3cret")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -114,7 +127,7 @@ func TestOpenListAllDead(t *testing.T) {
 // log names each session's node, masked.
 func TestLoopStartsAtTheNodeThatWorked(t *testing.T) {
 	c := testAMQP(t)
-	real := realNode(c)
+	real := realNode(t, c)
 	dead := localstack.NewProxy(t, closedAddr(t))
 	c.URL = at(t, real, dead.Addr(), "dead-s3cret") + "," + real
 	core, logs := observer.New(zap.InfoLevel)
@@ -162,7 +175,7 @@ func TestLoopStartsAtTheNodeThatWorked(t *testing.T) {
 // gave up) comes back to the same node.
 func TestLoopMovesOnFromALostNode(t *testing.T) {
 	c := testAMQP(t)
-	real := realNode(c)
+	real := realNode(t, c)
 	u, err := url.Parse(real)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +217,7 @@ func TestLoopMovesOnFromALostNode(t *testing.T) {
 // the backoff; the log's warning names each node, masked.
 func TestLoopRoundIsOneAttempt(t *testing.T) {
 	c := testAMQP(t)
-	real := realNode(c)
+	real := realNode(t, c)
 	pa, pb := localstack.NewProxy(t, closedAddr(t)), localstack.NewProxy(t, closedAddr(t))
 	c.URL = at(t, real, pa.Addr(), "a-s3cret") + "," + at(t, real, pb.Addr(), "b-s3cret")
 	core, logs := observer.New(zap.InfoLevel)
