@@ -196,12 +196,19 @@ func DropKeys(tb testing.TB, rdb redis.UniversalClient, prefix string) {
 }
 
 // DropTopology deletes queues, then exchanges, on a connection of its own
-// (a fault test may have closed the test's). Each delete gets its own
+// (a fault test may have closed the test's) to the first node of url (one
+// URL, or a list as amqp.url takes) that answers. Each delete gets its own
 // channel, since a failed one closes its channel.
 func DropTopology(tb testing.TB, url string, queues, exchanges []string) {
-	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	var conn *amqp.Connection
+	var err error
+	for _, node := range (config.AMQP{URL: url}).Nodes() {
+		if conn, err = amqp.DialConfig(node, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)}); err == nil {
+			break
+		}
+	}
 	if err != nil {
-		tb.Logf("drop topology: %v", err)
+		tb.Logf("drop topology on %s: %v", config.MaskURL(url), err)
 		return
 	}
 	defer conn.Close()
