@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/local/rabbitmq-cluster.sh {start|stop|status|urls|reset|kill N|node-start N}
+# deploy/local/rabbitmq-cluster.sh {start|stop|status|urls|running N|reset|kill N|node-start N}
 #
 # A local RabbitMQ cluster of three nodes, fgha1@localhost, fgha2@localhost
 # and fgha3@localhost, beside the node of `make up` (flashgate@localhost,
@@ -26,6 +26,8 @@
 #               healthy, 3 if not
 #   urls        print amqp://guest:guest@127.0.0.1:PORT/ of each node,
 #               comma-separated, as FLASHGATE_AMQP_URL takes them
+#   running N   print the running nodes that node N's cluster_status lists,
+#               one a line; exit 1 when node N does not answer
 #   reset       stop, delete .run/rabbitmq-ha, start: a new, empty cluster
 #   kill N      SIGKILL the Erlang VM of node N (1-3): its beam.smp, found
 #               by its pid file and checked to be that node's by its
@@ -53,7 +55,7 @@ STOP_TIMEOUT=${FG_STOP_TIMEOUT:-90}
 CTL_TIMEOUT=60
 
 usage() {
-	fg_err "usage: $0 {start|stop|status|urls|reset|kill N|node-start N}"
+	fg_err "usage: $0 {start|stop|status|urls|running N|reset|kill N|node-start N}"
 	exit 2
 }
 
@@ -445,7 +447,7 @@ main() {
 	urls | status | start | stop | reset)
 		(($# == 1)) || usage
 		;;
-	kill | node-start)
+	kill | node-start | running)
 		(($# == 2)) || usage
 		check_node "$2"
 		;;
@@ -458,6 +460,13 @@ main() {
 		;;
 	status)
 		do_status || exit $?
+		return 0
+		;;
+	running)
+		cluster_nodes "$2" running_nodes || {
+			fg_err "rabbitmq-ha: $(node_name "$2") does not answer rabbitmqctl cluster_status"
+			exit 1
+		}
 		return 0
 		;;
 	esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/local/sentinel.sh {start|stop|status|addrs|data-addrs|master|reset|kill PORT|node-start PORT|pause PORT|resume PORT}
+# deploy/local/sentinel.sh {start|stop|status|addrs|data-addrs|name|master|reset|kill PORT|node-start PORT|pause PORT|resume PORT}
 #
 # One Redis primary and its replica watched by three Sentinels, on
 # 127.0.0.1: the data nodes on FG_SENTINEL_DATA_PORTS of stack.env (the
@@ -34,6 +34,8 @@
 #               FLASHGATE_REDIS_ADDRS takes them with
 #               FLASHGATE_REDIS_SENTINEL_MASTER
 #   data-addrs  print the data nodes' addresses, comma-separated
+#   name        print the name the Sentinels know the primary by
+#               (FLASHGATE_REDIS_SENTINEL_MASTER)
 #   master      print the current primary's host:port (as a quorum of the
 #               Sentinels names it)
 #   reset       stop, delete .run/sentinel, start: a new, empty set
@@ -63,7 +65,7 @@ STOP_TIMEOUT=${FG_STOP_TIMEOUT:-30}
 READY_TIMEOUT=${FG_HA_READY_TIMEOUT:-90}
 
 usage() {
-	fg_err "usage: $0 {start|stop|status|addrs|data-addrs|master|reset|kill PORT|node-start PORT|pause PORT|resume PORT}"
+	fg_err "usage: $0 {start|stop|status|addrs|data-addrs|name|master|reset|kill PORT|node-start PORT|pause PORT|resume PORT}"
 	exit 2
 }
 
@@ -539,7 +541,7 @@ main() {
 	(($# >= 1)) || usage
 	local action=$1
 	case $action in
-	addrs | data-addrs | master | status | start | stop | reset)
+	addrs | data-addrs | name | master | status | start | stop | reset)
 		(($# == 1)) || usage
 		;;
 	kill | node-start | pause | resume)
@@ -555,6 +557,10 @@ main() {
 		;;
 	data-addrs)
 		join_addrs "${DATA_PORTS[@]}"
+		return 0
+		;;
+	name)
+		printf '%s\n' "$MASTER"
 		return 0
 		;;
 	master)
