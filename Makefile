@@ -3,6 +3,11 @@
 #   make up / down  start / stop Redis, RabbitMQ, MariaDB on 127.0.0.1 (data in .run/)
 #   make up-cluster up + a local Redis Cluster of three primaries (127.0.0.1:7001-7003,
 #                   data in .run/redis-cluster/); make down stops it too
+#   make up-ha      up + the local high-availability topology, for failover tests: a Redis
+#                   Cluster of three primaries with a replica each (127.0.0.1:7101-7106),
+#                   a Redis primary and replica (7201-7202) watched by three Sentinels
+#                   (26401-26403), a RabbitMQ cluster of three nodes (5701-5703); data in
+#                   .run/redis-ha/, .run/sentinel/, .run/rabbitmq-ha/; make down stops them too
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make run-lb     up + build, then nginx (127.0.0.1:8080) in front of two gateways, and a
 #                   consumer (deploy/local/run-lb.sh; installs Debian's nginx when missing)
@@ -11,6 +16,8 @@
 #                   load balancer (cmd/flashgate/lb_test.go) run them
 #   make test       up + tools + the whole test suite, then a short run of every fuzz target
 #   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
+#   make test-ha    up-ha + the failover tests (FLASHGATE_TEST_HA=1, tests named HA), which
+#                   kill, pause and restart its nodes
 #   make fuzz       every fuzz target for FUZZTIME each (default 3M inputs; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
 #   make check      lint, then up + tests (shuffled, race detector)
@@ -43,7 +50,7 @@ FUZZTIME ?= 3000000x
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down tools run run-lb test fuzz lint check bench clean up-cluster test-cluster
+.PHONY: build up down tools run run-lb test fuzz lint check bench clean up-cluster test-cluster up-ha test-ha
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -97,6 +104,24 @@ CLUSTER_PKGS := ./internal/... ./gateway/ ./sale/... ./expiry/ ./repair/ ./consu
 CLUSTER_ENV = FLASHGATE_REDIS_ADDRS=$(shell deploy/local/cluster.sh addrs)
 test-cluster: up-cluster tools
 	$(CLUSTER_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(CLUSTER_PKGS)
+
+# The local high-availability topology (deploy/local/redis-ha.sh,
+# sentinel.sh, rabbitmq-cluster.sh), beside the services of `make up`:
+# each start is idempotent and heals, starting what is down and waiting,
+# bounded, until its part is healthy again.
+up-ha: up
+	@deploy/local/redis-ha.sh start
+	@deploy/local/sentinel.sh start
+	@deploy/local/rabbitmq-cluster.sh start
+
+# `make test-ha` runs the failover tests, which kill, pause and restart the
+# nodes of `make up-ha` (internal/localstack.HA gives them the topology and
+# skips them without FLASHGATE_TEST_HA=1, so that `make test` never runs
+# them): the tests named HA (HA_RUN) of HA_PKGS.
+HA_PKGS := ./internal/localstack/
+HA_RUN ?= HA
+test-ha: up-ha tools
+	FLASHGATE_TEST_HA=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(HA_RUN)' $(HA_PKGS)
 
 # go test -fuzz takes one target of one package per run: each target found
 # in a package that has any runs in turn, for FUZZTIME.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# deploy/local/down.sh: `make down`. Stops the three servers and the local
-# Redis Cluster of `make up-cluster` cleanly (in parallel) and the epmd that
-# RabbitMQ started; data stays in .run/.
+# deploy/local/down.sh: `make down`. Stops the three servers, the local
+# Redis Cluster of `make up-cluster` and the high-availability topology of
+# `make up-ha` (Redis Cluster with replicas, Sentinel, RabbitMQ cluster)
+# cleanly (in parallel) and the epmd that RabbitMQ started; data stays in
+# .run/.
 set -Eeuo pipefail
 
 # shellcheck source=deploy/local/lib.sh
@@ -15,6 +17,10 @@ for svc in "${FG_SERVICES[@]}"; do
 done
 "$FG_LOCAL_DIR/cluster.sh" stop &
 pids+=($!)
+for ha in redis-ha.sh sentinel.sh rabbitmq-cluster.sh; do
+	"$FG_LOCAL_DIR/$ha" stop &
+	pids+=($!)
+done
 rc=0
 for pid in "${pids[@]}"; do
 	wait "$pid" || rc=1
