@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -356,73 +353,6 @@ func TestDLQRealConsumer(t *testing.T) {
 	t.Logf("3 orders dead-lettered by the consumer (1 rejected whole, 2 alone), requeued after the fix: 6 rows, each once")
 }
 
-// cutProxy forwards TCP connections to upstream until cut closes them all
-// at once, as a network failure would.
-type cutProxy struct {
-	ln       net.Listener
-	upstream string
-	mu       sync.Mutex
-	conns    []net.Conn
-	wg       sync.WaitGroup
-}
-
-// newCutProxy listens on 127.0.0.1:0; the test's cleanup closes it and
-// waits for its goroutines.
-func newCutProxy(t *testing.T, upstream string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, upstream: upstream}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		_ = p.ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		u, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, u)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		for _, pair := range [][2]net.Conn{{c, u}, {u, c}} {
-			go func() {
-				defer p.wg.Done()
-				_, _ = io.Copy(pair[0], pair[1])
-				_ = pair[0].Close()
-				_ = pair[1].Close()
-			}()
-		}
-	}
-}
-
-// cut closes every connection through the proxy, both sides, and returns
-// once they are closed: nothing sent after it reaches upstream.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
 // TestDLQRequeueConnectionCut: the connection of a requeue is cut after
 // the broker confirmed a message's publish and before its dead letter is
 // acknowledged, the one window where a message is in both queues. Nothing
@@ -443,15 +373,15 @@ func TestDLQRequeueConnectionCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newCutProxy(t, u.Host)
-	u.Host = p.ln.Addr().String()
+	p := localstack.NewProxy(t, u.Host)
+	u.Host = p.Addr()
 	viaProxy := s.cfg.AMQP
 	viaProxy.URL = u.String()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := broker.Requeue(ctx, viaProxy, "dlq test requeue", broker.RequeueOptions{Max: 1000, OnConfirmed: func(r broker.RequeueResult) {
 		if r.Moved == 1 { // the second message is confirmed, not acknowledged
-			p.cut()
+			p.Cut()
 		}
 	}})
 	if err == nil {
