@@ -64,8 +64,16 @@ func (e *env) sellWindow(sale string, n, window int) {
 	e.t.Helper()
 	ctx := context.Background()
 	k := e.keys
+	// rid: the sale is this Redis's (a sale of another history would be
+	// held, the hold script).
+	info, err := e.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	_, rid, _ := strings.Cut(info, "master_replid:")
+	rid, _, _ = strings.Cut(rid, "\r\n")
 	if err := e.rdb.HSet(ctx, k.Meta(sale), "stock", 100000, "sold", 0, "limit", 10, "starts", 0, "ends", 0, "locked", 0,
-		"window", window).Err(); err != nil {
+		"window", window, "rid", rid).Err(); err != nil {
 		e.t.Fatal(err)
 	}
 	// One call per order, so that each is an outbox entry of its own and

@@ -311,7 +311,7 @@ func decodeOrder(v any) (OrderReply, error) {
 	}
 	r := OrderReply{Code: Code(n), Now: now}
 	if str == "" {
-		if r.Code != CodeOrderNotFound {
+		if r.Code != CodeOrderNotFound && r.Code != CodeRepairing {
 			return OrderReply{}, fmt.Errorf("reply %#v has no record", a)
 		}
 		return r, nil

@@ -121,6 +121,7 @@ type Loader struct {
 	// replicas > 0 is replicated mode (SetReplicas): the calls that change
 	// something are followed by WAIT replicas on their connection.
 	replicas               int
+	readTimeout            time.Duration
 	waits, waited, unacked atomic.Uint64
 	waitNanos              atomic.Int64
 

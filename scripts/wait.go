@@ -31,12 +31,29 @@ var ErrUnconfirmed = errors.New("the replicas did not confirm in time")
 // connection's deadline cuts it off.
 const waitMargin = 20 * time.Millisecond
 
-// noDeadlineWait is WAIT's timeout for a ctx without a deadline.
+// noDeadlineWait is WAIT's timeout for a ctx without a deadline on a
+// client without a read timeout.
 const noDeadlineWait = time.Second
 
 // SetReplicas turns replicated mode on with n ≥ 1 replicas, off with 0.
 // Call it before the Loader is used.
-func (l *Loader) SetReplicas(n int) { l.replicas = n }
+func (l *Loader) SetReplicas(n int) {
+	l.replicas = n
+	l.readTimeout = readTimeoutOf(l.rdb)
+}
+
+// readTimeoutOf is the read timeout of rdb's connections (0: none), which
+// bounds WAIT's as a ctx deadline does.
+func readTimeoutOf(rdb redis.UniversalClient) time.Duration {
+	var t time.Duration
+	switch c := rdb.(type) {
+	case *redis.Client:
+		t = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		t = c.Options().ReadTimeout
+	}
+	return max(t, 0) // go-redis: -1 no timeout, -2 no deadline at all
+}
 
 // Replicas returns the n of SetReplicas.
 func (l *Loader) Replicas() int { return l.replicas }
@@ -91,9 +108,13 @@ func (l *Loader) evalWait(ctx context.Context, sc *Script, keys []string, args [
 	if err != nil {
 		return nil, err
 	}
+	budget := l.readTimeout
+	if d, ok := ctx.Deadline(); ok && (budget <= 0 || time.Until(d) < budget) {
+		budget = time.Until(d)
+	}
 	timeout := noDeadlineWait
-	if d, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(d)-waitMargin, time.Millisecond)
+	if budget > 0 {
+		timeout = max(budget-min(waitMargin, budget/4), time.Millisecond)
 	}
 	pipe := node.Pipeline()
 	ev := sc.rs.EvalSha(ctx, pipe, keys, args...)
