@@ -118,10 +118,15 @@ up-ha: up
 # nodes of `make up-ha` (internal/localstack.HA gives them the topology and
 # skips them without FLASHGATE_TEST_HA=1, so that `make test` never runs
 # them): the tests named HA (HA_RUN) of HA_PKGS.
-HA_PKGS := ./internal/localstack/
+# The processes the failover tests start, and their clients, reach the
+# cluster with replicas and the three RabbitMQ nodes (a Sentinel test sets
+# its own FLASHGATE_REDIS_* for its processes).
+HA_PKGS := ./internal/localstack/ ./cmd/flashgate/
 HA_RUN ?= HA
+HA_ENV = FLASHGATE_TEST_HA=1 FLASHGATE_REDIS_ADDRS=$(shell deploy/local/redis-ha.sh addrs) \
+	FLASHGATE_AMQP_URL=$(shell deploy/local/rabbitmq-cluster.sh urls)
 test-ha: up-ha tools
-	FLASHGATE_TEST_HA=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(HA_RUN)' $(HA_PKGS)
+	$(HA_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(HA_RUN)' $(HA_PKGS)
 
 # go test -fuzz takes one target of one package per run: each target found
 # in a package that has any runs in turn, for FUZZTIME.
