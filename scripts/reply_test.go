@@ -206,6 +206,12 @@ func TestDecodeOrder(t *testing.T) {
 	if err != nil || got != (OrderReply{Code: CodeOrderNotFound, Now: 1}) {
 		t.Errorf("decodeOrder(not found) = %+v, %v; want the code, the time, no record, not changed", got, err)
 	}
+	// A held sale answers REPAIRING without reading the order (the caller
+	// says 503 and asks for a hold pass).
+	got, err = decodeOrder([]any{int64(CodeRepairing), "", int64(1), int64(0)})
+	if err != nil || got != (OrderReply{Code: CodeRepairing, Now: 1}) {
+		t.Errorf("decodeOrder(repairing) = %+v, %v; want the code, the time, no record", got, err)
+	}
 	for name, v := range map[string]any{
 		"short":               []any{int64(0), rec, int64(1)},
 		"long":                []any{int64(0), rec, int64(1), int64(0), int64(0)},
@@ -215,7 +221,6 @@ func TestDecodeOrder(t *testing.T) {
 		"changed as a string": []any{int64(0), rec, int64(1), "1"},
 		"bad record":          []any{int64(0), "q:1", int64(1), int64(0)},
 		"accepted, no record": []any{int64(0), "", int64(1), int64(0)},
-		"repairing":           []any{int64(CodeRepairing), "", int64(1), int64(0)},
 		"not an array":        "OK",
 		"nil":                 nil,
 	} {

@@ -120,10 +120,10 @@ type Loader struct {
 
 	// replicas > 0 is replicated mode (SetReplicas): the calls that change
 	// something are followed by WAIT replicas on their connection.
-	replicas               int
-	readTimeout            time.Duration
-	waits, waited, unacked atomic.Uint64
-	waitNanos              atomic.Int64
+	replicas       int
+	readTimeout    time.Duration
+	waits, unacked atomic.Uint64
+	waitNanos      atomic.Int64
 
 	// kick asks Watch for a hold pass (Stale); passed is the histories of
 	// the primaries under which the last pass ran to its end.
