@@ -26,10 +26,13 @@ import (
 // may still lose it.
 var ErrUnconfirmed = errors.New("the replicas did not confirm in time")
 
-// waitMargin is the part of a call's budget kept for the reply after
+// waitMargin is the most of a call's budget kept for the reply after
 // WAIT's own timeout, so that WAIT answers (with fewer replicas) before the
-// connection's deadline cuts it off.
-const waitMargin = 20 * time.Millisecond
+// connection's deadline cuts it off: Redis notices a blocked client's
+// timeout at its next cron tick (every 100 ms at the default hz 10), so a
+// WAIT answers up to that much after its timeout. A quarter of the budget
+// is kept, up to waitMargin.
+const waitMargin = 200 * time.Millisecond
 
 // noDeadlineWait is WAIT's timeout for a ctx without a deadline on a
 // client without a read timeout.
