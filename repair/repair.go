@@ -5,10 +5,10 @@
 // machine crashes, and a replica promoted by a failover lags its primary;
 // meanwhile the orders of those writes may have reached MySQL already. Redis
 // would then sell their units again and replay their idempotency keys into
-// new orders. The scripts package holds every sale whose Redis run id
-// changed since it was last checked (the hold script, run before every
-// SCRIPT LOAD): a held sale refuses buyers with 503 until a Repairer has
-// released it.
+// new orders. The scripts package holds every sale whose Redis history
+// (its replication id) changed since it was last checked (the hold script,
+// and the same check in every script that decides on a sale): a held sale
+// refuses buyers with 503 until a Repairer has released it.
 //
 // A Repairer runs in every consumer process. It watches the Held set; when
 // sales are held it first waits until the orders queue is drained (an order

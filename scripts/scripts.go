@@ -9,15 +9,22 @@
 // started with, whose SHA stays in Redis's script cache. Each script is run
 // with EVALSHA.
 //
-// An empty script cache is how a restarted or failed-over Redis shows
-// itself, and such a Redis may have come back without its last writes while
-// their orders are in MySQL already. So nothing loads the scripts without
-// first running the hold pass (HoldPass): every sale whose Redis run id
-// changed since it was last checked is held, refused with REPAIRING, until
-// package repair has compared it with MySQL. Load runs the pass before
-// SCRIPT LOAD, and a call answered NOSCRIPT loads the set again the same
-// way, pass first (never EVAL of the source, which would cache the scripts
-// without the pass), and retries.
+// A restarted Redis, or a replica promoted by a failover, may hold a sale
+// without its last writes while their orders are in MySQL already. Each
+// sale records the replication id of the Redis it was last checked under
+// (meta rid, the name of that Redis's history of writes); the scripts that
+// decide anything on a sale hold it, refused with REPAIRING, when the
+// running Redis's id differs, until package repair has compared it with
+// MySQL. That check is the scripts' own, so it does not depend on the
+// script cache (a promoted replica may hold the scripts and answer no
+// NOSCRIPT). The hold pass (HoldPass) holds every such sale and lists the
+// held ones for the repair: Load runs it before SCRIPT LOAD, and Watch
+// runs it in the background whenever a primary's replication id changes,
+// a call met NOSCRIPT or a held sale (Stale). A call answered NOSCRIPT
+// loads the set in use again (never EVAL of the source) and retries; it
+// runs no pass itself, since a pass scales with the sales that exist and a
+// buyer waits on the call. In replicated mode (SetReplicas) a call that
+// may change something is followed by WAIT on its connection (wait.go).
 //
 // The Loader keeps the sources of the set in use. Only Load reads the
 // folder (or the built-in copies): a NOSCRIPT loads the set in use again
