@@ -46,7 +46,7 @@ func main() {
 	orders := flag.Int("orders", 20000, "orders of each pipeline measurement")
 	skipGo := flag.Bool("skip-go-bench", false, "skip the go test benchmarks")
 	skipPipe := flag.Bool("skip-pipeline", false, "skip the pipeline measurements")
-	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster), "scale" (10,000 sales through Redis restarts), "room" (the waiting room's joins, polls and fairness)`)
+	only := flag.String("only", "", `run one part alone: "auth" (buyer authentication on vs off), "cost" (cost per order), "zeroloss" (appendfsync always vs everysec), "buckets" (one hot sale, K = 1 vs K = 3, on a Redis Cluster), "scale" (10,000 sales through Redis restarts), "room" (the waiting room's joins, polls and fairness), "replicated" (min_replicas 1 vs 0 on a primary and replica), "failover" (kill -9 of a cluster primary: promotion and first 202)`)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -66,8 +66,12 @@ func main() {
 		err = runScaleOnly(ctx, *out, *dur, *conns)
 	case "room":
 		err = runRoomOnly(ctx, *out, *dur, *conns)
+	case "replicated":
+		err = runReplicatedOnly(ctx, *out, *dur, *conns)
+	case "failover":
+		err = runFailoverOnly(ctx, *out, *dur, *conns)
 	default:
-		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets, scale or room", *only)
+		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets, scale, room, replicated or failover", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench suite:", err)
@@ -87,6 +91,10 @@ type suite struct {
 	buckets   string // the buckets section (buckets.go); "" when not measured
 	scale     string // the shop-scale section (scale.go); "" when not measured
 	room      string // the waiting-room section (room.go); "" when not measured
+
+	// The replicated-mode and failover sections (replicated.go,
+	// failover.go); "" when not measured.
+	replicated, failover string
 	// picture is the main run (batching on, one hot sale), drawn beside
 	// the report (pictureName); nil when it was not measured.
 	picture *bench.Report
@@ -202,6 +210,18 @@ func run(ctx context.Context, out string, dur time.Duration, conns, orders int, 
 	// the reserve path, and the fairness of both modes.
 	if err := s.measureRoom(ctx); err != nil {
 		s.notes = append(s.notes, "waiting room not measured: "+err.Error())
+	}
+
+	// 4g. Replicated mode (min_replicas 1) against the default, on a
+	// primary and replica of the suite's own.
+	if err := s.measureReplicated(ctx); err != nil {
+		s.notes = append(s.notes, "replicated mode not measured: "+err.Error())
+	}
+
+	// 4h. The window of a Redis Cluster failover: kill -9 of a primary
+	// under load, its promotion, its sales' first 202.
+	if err := s.measureFailover(ctx); err != nil {
+		s.notes = append(s.notes, "failover not measured: "+err.Error())
 	}
 
 	// 5. Go benchmarks: strategies and the handler.
@@ -965,6 +985,8 @@ func (s *suite) write(path, goBench string, took time.Duration) error {
 	b.WriteString(s.cost)
 	b.WriteString(s.buckets)
 	b.WriteString(s.room)
+	b.WriteString(s.replicated)
+	b.WriteString(s.failover)
 	if s.scale != "" {
 		b.WriteString("\n" + s.scale)
 	}
