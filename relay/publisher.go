@@ -40,9 +40,27 @@ type publisher struct {
 	inflight    []*message
 	inflightLen int            // orders in inflight
 	bounced     map[bounce]int // returns not yet matched with their confirm
+	// A run of nacks with no ack between them: how many, since when.
+	nackRun   int
+	nackSince time.Time
 
 	n publishCounts
 }
+
+// A channel whose every publish RabbitMQ nacks for nackReopenAfter, at
+// least nackReopenRun of them, is given up for a new session. RabbitMQ 3.10
+// nacks every publish of a channel opened while a quorum queue elects a new
+// leader (its node killed), for as long as that node stays down, while a
+// channel opened after the election is acked: a relay that reconnected
+// faster than the election would otherwise retry on the refusing channel
+// until the dead node came back (TestHARabbitNodeKill).
+const (
+	nackReopenAfter = time.Second
+	nackReopenRun   = 3
+)
+
+// errNacking is the session error of a channel given up for its nacks.
+var errNacking = errors.New("relay: RabbitMQ nacked every publish on this channel")
 
 // message is one AMQP message: the orders it carries, as parts of entries
 // in the order they were read, and its body. A message is published again
@@ -123,6 +141,7 @@ func (p *publisher) attach(s *broker.Session) error {
 	p.confirms = ch.NotifyPublish(make(chan amqp.Confirmation, p.window))
 	p.returns = ch.NotifyReturn(make(chan amqp.Return, p.window))
 	p.bounced = map[bounce]int{}
+	p.nackRun = 0
 	return nil
 }
 
@@ -312,6 +331,14 @@ returns:
 	case !c.Ack:
 		p.n.nacked.Add(n)
 		p.retryLater(m)
+		now := time.Now()
+		if p.nackRun == 0 {
+			p.nackSince = now
+		}
+		if p.nackRun++; p.nackRun >= nackReopenRun && now.Sub(p.nackSince) >= nackReopenAfter {
+			return fmt.Errorf("%w for %v (%d messages): opening a new session", errNacking,
+				now.Sub(p.nackSince).Round(time.Millisecond), p.nackRun)
+		}
 	case p.bounced[k] > 0:
 		if p.bounced[k]--; p.bounced[k] == 0 {
 			delete(p.bounced, k)
@@ -319,6 +346,7 @@ returns:
 		p.n.returned.Add(n)
 		p.retryLater(m)
 	default:
+		p.nackRun = 0
 		p.n.confirmed.Add(n)
 		p.retryBO.Reset()
 		p.s.Served()
