@@ -129,7 +129,7 @@ func (l *Loader) evalWait(ctx context.Context, sc *Script, keys []string, args [
 	v, err := ev.Result()
 	if err != nil {
 		if c, ok := l.rdb.(*redis.ClusterClient); ok {
-			if _, moved := movedOrAsk(err); moved {
+			if redirected(err) {
 				c.ReloadState(ctx) // the slot moved (a failover, resharding): the next call asks the new primary
 			}
 		}
@@ -160,10 +160,8 @@ func (l *Loader) primaryFor(ctx context.Context, keys []string) (redis.Cmdable, 
 	return c.MasterForKey(ctx, keys[0])
 }
 
-// movedOrAsk reports whether err is a cluster redirection.
-func movedOrAsk(err error) (string, bool) {
-	if redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") {
-		return err.Error(), true
-	}
-	return "", false
+// redirected reports whether err is a cluster redirection (MOVED, ASK),
+// which a call sent to one node's connection does not follow.
+func redirected(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
