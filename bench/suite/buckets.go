@@ -167,21 +167,6 @@ func (s *suite) measureBuckets(ctx context.Context) error {
 	return nil
 }
 
-// runBucketsOnly is `-only buckets`: the buckets part alone, written to
-// out (a partial report: do not write it over docs/benchmarks.md).
-func runBucketsOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureBuckets(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 // clusterNode is one primary of the suite's cluster.
 type clusterNode struct {
 	addr, bus string // client and cluster-bus addresses

@@ -215,21 +215,6 @@ func (s *suite) costRun(ctx context.Context, profile bool) (*costRun, error) {
 	return r, nil
 }
 
-// runCostOnly is `-only cost`: the cost-per-order part alone, written to
-// out (a partial report: do not write it over docs/benchmarks.md).
-func runCostOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureCost(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 // scratchDB creates a database of its own with flashgate's schema and
 // returns its DSN and the function that drops it.
 func (s *suite) scratchDB(ctx context.Context, tag string) (string, func(), error) {

@@ -176,21 +176,6 @@ func (s *suite) measureFailover(ctx context.Context) error {
 	return nil
 }
 
-// runFailoverOnly is `-only failover`: the failover part alone, written to
-// out (a partial report: do not write it over docs/benchmarks.md).
-func runFailoverOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureFailover(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 // failoverRound creates the round's sales (foPerPrimary on each primary),
 // starts the load, kills the primary of the first sale, and measures.
 func (s *suite) failoverRound(ctx context.Context, cl *foCluster, prefix, public, admin string, round int) (foRound, error) {

@@ -55,21 +55,21 @@ func main() {
 	case "":
 		err = run(ctx, *out, *dur, *conns, *orders, *skipGo, *skipPipe)
 	case "auth":
-		err = runAuthOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, func(s *suite, ctx context.Context) error { return s.measureAuth(ctx, nil, nil) })
 	case "cost":
-		err = runCostOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureCost)
 	case "zeroloss":
-		err = runZeroLossOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureZeroLoss)
 	case "buckets":
-		err = runBucketsOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureBuckets)
 	case "scale":
-		err = runScaleOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureScale)
 	case "room":
-		err = runRoomOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureRoom)
 	case "replicated":
-		err = runReplicatedOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureReplicated)
 	case "failover":
-		err = runFailoverOnly(ctx, *out, *dur, *conns)
+		err = runOnly(ctx, *out, *dur, *conns, (*suite).measureFailover)
 	default:
 		err = fmt.Errorf("-only %q: want auth, cost, zeroloss, buckets, scale, room, replicated or failover", *only)
 	}
@@ -314,37 +314,6 @@ func (s *suite) measureAuth(ctx context.Context, acceptedOff, soldOutOff *bench.
 		"the ratio is the throughput kept against the same path with authentication off. "+
 		"`go test -bench 'SoldOutHandlerAuth|BuyerToken' ./gateway/` shows the check alone per algorithm.")
 	return nil
-}
-
-// runAuthOnly is `-only auth`: the buyer-authentication comparison alone,
-// auth off and on measured back to back, written to out.
-func runAuthOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureAuth(ctx, nil, nil); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
-// runZeroLossOnly is `-only zeroloss`: the zero-loss comparison alone,
-// written to out (a partial report: do not write it over
-// docs/benchmarks.md).
-func runZeroLossOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureZeroLoss(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
 }
 
 func verdict(ok bool) string {
@@ -1018,4 +987,20 @@ func runCmd(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
 	}
 	return nil
+}
+
+// runOnly is `-only PART`: one part of the suite alone (measure), its
+// section written to out: a partial report, not to be written over
+// docs/benchmarks.md.
+func runOnly(ctx context.Context, out string, dur time.Duration, conns int, measure func(*suite, context.Context) error) error {
+	s := &suite{dur: dur, conns: conns}
+	defer s.stopAll()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+	started := time.Now()
+	if err := measure(s, ctx); err != nil {
+		return err
+	}
+	return s.write(out, "", time.Since(started))
 }

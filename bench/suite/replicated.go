@@ -150,22 +150,6 @@ func (s *suite) measureReplicated(ctx context.Context) error {
 	return nil
 }
 
-// runReplicatedOnly is `-only replicated`: the replicated-mode part alone,
-// written to out (a partial report: do not write it over
-// docs/benchmarks.md).
-func runReplicatedOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureReplicated(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 // replicatedRun empties the primary, waits until the replica has caught up
 // and is online, starts a gateway with min_replicas n (its /readyz is 200
 // only once the primary has the replicas it needs) and measures one run of

@@ -151,21 +151,6 @@ func (s *suite) measureRoom(ctx context.Context) error {
 	return nil
 }
 
-// runRoomOnly is `-only room`: the waiting-room part alone, written to out
-// (a partial report: do not write it over docs/benchmarks.md).
-func runRoomOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureRoom(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 // medianFig is the round whose figure is the median (the lower middle of
 // an even count), latencies and all.
 func medianFig(fs []roomFig) roomFig {

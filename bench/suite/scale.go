@@ -250,20 +250,6 @@ func (s *suite) measureScale(ctx context.Context) error {
 	return nil
 }
 
-// runScaleOnly is `-only scale`.
-func runScaleOnly(ctx context.Context, out string, dur time.Duration, conns int) error {
-	s := &suite{dur: dur, conns: conns}
-	defer s.stopAll()
-	if err := s.build(ctx); err != nil {
-		return err
-	}
-	started := time.Now()
-	if err := s.measureScale(ctx); err != nil {
-		return err
-	}
-	return s.write(out, "", time.Since(started))
-}
-
 func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 	var undo []func()
 	cleanup := func() {
