@@ -18,12 +18,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/flashgate/flashgate/expiry"
 	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
-	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/process"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -57,32 +56,24 @@ func startGateway(t *testing.T) *testGateway {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Redis at %s does not answer (run `make up`): %v", cfg.Redis.Addrs[0], err)
 	}
-	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
-	if _, err := loader.Load(ctx); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	// What cmd/flashgate's runGateway wires around the Server, but the
-	// relay: the sales' store and the payment sweeper (whose expiries and
-	// lag TestRunPaysAndExpires checks), both run while the gateway does.
-	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
-	sales, err := sale.New(rdb, loader, keys, sale.OptionsFor(cfg))
+	// The parts cmd/flashgate's gateway runs around the Server
+	// (process.Gateway), but the relay: the sales' store and the payment
+	// sweeper (whose expiries and lag TestRunPaysAndExpires checks).
+	parts, err := process.NewGateway(cfg, process.GatewayDeps{Redis: rdb, NoRelay: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sweeper := expiry.New(rdb, loader, keys, expiry.Deps{Log: zap.NewNop(), Timeout: cfg.Redis.Timeout, Wrote: sales.Touch})
-	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Sales: sales, Loader: loader, Metrics: func(w io.Writer) {
-		sales.WriteMetrics(w)
-		sweeper.WriteMetrics(w)
-	}})
+	if _, err := parts.Loader.Load(ctx); err != nil {
+		t.Fatalf("load scripts: %v", err)
+	}
+	srv, err := gateway.New(cfg, gateway.Deps{Log: zap.NewNop(), Sales: parts.Sales, Loader: parts.Loader,
+		Reload: parts.Reload, Metrics: parts.WriteMetrics})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var jobs sync.WaitGroup
-	jobs.Go(func() { sales.Run(runCtx) })
-	jobs.Go(func() { sweeper.Run(runCtx) })
-	go func() { done <- srv.Run(runCtx) }()
+	go func() { done <- parts.Run(runCtx, srv) }()
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -93,7 +84,6 @@ func startGateway(t *testing.T) *testGateway {
 		case <-time.After(10 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
-		jobs.Wait()
 		rdb.Close()
 	})
 	return &testGateway{public: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),

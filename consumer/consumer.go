@@ -49,7 +49,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -82,9 +81,6 @@ type Deps struct {
 	// with its number of orders and how long writing it took, besides the
 	// consumer's own histograms (see WriteMetrics).
 	ObserveWrite func(orders int, took time.Duration)
-	// Metrics, when set, writes more series after the consumer's own on
-	// ServeMetrics's /metrics (the process's repairer).
-	Metrics func(w io.Writer)
 }
 
 // Stats are the consumer's counters since start, for metrics.
@@ -135,7 +131,6 @@ type Consumer struct {
 	dbErrors, ackErrors, marked, markErrors, markDropped, redelivered        atomic.Uint64
 
 	observe           func(orders int, took time.Duration)
-	extraMetrics      func(w io.Writer)
 	metrics           *metrics.Set
 	batchSize, insert *metrics.PrometheusHistogram
 }
@@ -183,7 +178,6 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 			Lost:    "unacknowledged deliveries go back to the queue",
 		},
 	}
-	c.extraMetrics = deps.Metrics
 	c.newMetrics()
 	return c, nil
 }

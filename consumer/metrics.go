@@ -56,13 +56,14 @@ func gauge(b bool) uint64 {
 }
 
 // ServeMetrics serves the consumer process's own listener on addr until ctx
-// ends: /metrics (WriteMetrics and the process's series) and /healthz (and
-// /livez), which answers as long as the process does. It blocks; it returns
+// ends: /metrics (WriteMetrics, then each of more, e.g. the process's
+// repairer, then the process's series) and /healthz (and /livez), which
+// answers as long as the process does. It blocks; it returns
 // an error at once when it cannot listen, else once the listener is closed
 // (nil after a clean shutdown). The consumer has no other HTTP surface (the
 // gateway serves its series on its admin listener), so the listener lives
 // with the series it serves.
-func (c *Consumer) ServeMetrics(ctx context.Context, addr string) error {
+func (c *Consumer) ServeMetrics(ctx context.Context, addr string, more ...func(w io.Writer)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -73,8 +74,8 @@ func (c *Consumer) ServeMetrics(ctx context.Context, addr string) error {
 			case "/metrics":
 				rc.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 				c.WriteMetrics(rc)
-				if c.extraMetrics != nil {
-					c.extraMetrics(rc)
+				for _, write := range more {
+					write(rc)
 				}
 				metrics.WriteProcessMetrics(rc)
 			case "/healthz", "/livez":

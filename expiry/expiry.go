@@ -100,8 +100,9 @@ func New(rdb redis.UniversalClient, loader *scripts.Loader, keys scripts.Keys, d
 }
 
 // Run sweeps until ctx is done. It blocks; Redis failures are counted, and
-// logged once until a call succeeds again, and the next tick tries again.
-func (w *Sweeper) Run(ctx context.Context) {
+// logged once until a call succeeds again, and the next tick tries again,
+// so it has no error of its own: it returns nil once ctx is done.
+func (w *Sweeper) Run(ctx context.Context) error {
 	tick := time.NewTicker(sweepTick)
 	defer tick.Stop()
 	refresh := time.NewTicker(sweepRefresh)
@@ -110,7 +111,7 @@ func (w *Sweeper) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-refresh.C:
 			w.refresh(ctx)
 		case <-tick.C:

@@ -4,22 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/flashgate/flashgate/sale/saletest"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/flashgate/flashgate/internal/localstack"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/expiry"
+	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/process"
 	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/sale/saletest"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -105,37 +104,28 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		rdb.Close()
 		t.Fatal(err)
 	}
-	loader := scripts.New(rdb, cfg.Scripts.Dir, scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
-	if _, err := loader.Load(ctx); err != nil {
-		t.Fatalf("load scripts: %v", err)
-	}
-	// The parts the process wires around its Server (cmd/flashgate's
-	// runGateway): the sales' store and the payment sweeper, both run
-	// while the gateway does. The relay is not here: the outboxes stay
-	// for the tests to read.
-	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
-	so := sale.OptionsFor(cfg)
-	so.Log = log.Named("sale")
-	sales, err := sale.New(rdb, loader, keys, so)
+	// The parts the process runs around its Server (process.Gateway), but
+	// the relay: the outboxes stay for the tests to read.
+	parts, err := process.NewGateway(cfg, process.GatewayDeps{Log: log, Redis: rdb, NoRelay: true})
 	if err != nil {
+		rdb.Close()
 		t.Fatal(err)
 	}
-	sweeper := expiry.New(rdb, loader, keys, expiry.Deps{Log: log.Named("expiry"), Timeout: cfg.Redis.Timeout, Wrote: sales.Touch})
-	srv, err := New(cfg, Deps{Log: log, Sales: sales, Loader: loader, Metrics: func(w io.Writer) {
-		sales.WriteMetrics(w)
-		sweeper.WriteMetrics(w)
-	}})
+	if _, err := parts.Loader.Load(ctx); err != nil {
+		rdb.Close()
+		t.Fatalf("load scripts: %v", err)
+	}
+	srv, err := New(cfg, Deps{Log: log, Sales: parts.Sales, Loader: parts.Loader, Reload: parts.Reload, Metrics: parts.WriteMetrics})
 	if err != nil {
+		rdb.Close()
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var jobs sync.WaitGroup
-	jobs.Go(func() { sales.Run(runCtx) })
-	jobs.Go(func() { sweeper.Run(runCtx) })
-	go func() { done <- srv.Run(runCtx) }()
+	go func() { done <- parts.Run(runCtx, srv) }()
 	g := &testGateway{
-		t: t, srv: srv, sales: sales, sweeper: sweeper, cfg: cfg, rdb: rdb, loader: loader, keys: keys,
+		t: t, srv: srv, sales: parts.Sales, sweeper: parts.Sweeper, cfg: cfg, rdb: rdb, loader: parts.Loader,
+		keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
 		base: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}},
@@ -150,7 +140,6 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		case <-time.After(20 * time.Second):
 			t.Errorf("gateway did not stop")
 		}
-		jobs.Wait()
 		g.client.CloseIdleConnections()
 		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		rdb.Close()

@@ -165,8 +165,9 @@ func (s *Store) NotDurable() (reason string, ok bool) {
 // half-done moves of bucketed sales every second, the hold pass after a
 // change of Redis primary (scripts.Loader.Watch), and in zero-loss mode
 // the check of every primary's persistence, at once and every second. It
-// blocks; Redis failures are logged and tried again.
-func (s *Store) Run(ctx context.Context) {
+// blocks; Redis failures are logged and tried again, so it has no error of
+// its own: it returns nil once ctx is done and its work has stopped.
+func (s *Store) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if s.durable != nil {
@@ -178,7 +179,7 @@ func (s *Store) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			s.settle(ctx)
 		}
