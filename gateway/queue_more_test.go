@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashgate/flashgate/internal/localstack"
-	"github.com/flashgate/flashgate/sale"
 )
 
 // With buyer authentication on, a place is the token's sub's: the join
@@ -99,24 +97,5 @@ func TestRoomBuckets(t *testing.T) {
 	localstack.WaitFor(t, 5*time.Second, "sold out heard by the room", func() bool { return g.poll("wb", tickets[0]).code == 410 })
 	if r := g.join("wb", "late"); r.code != 200 && r.code != 410 {
 		t.Fatalf("join of a sold-out bucketed sale: %d %s", r.code, r.raw)
-	}
-}
-
-// A lost subscription forgets the sales held without a room, so that a
-// room given meanwhile is seen at the next buy.
-func TestRoomsMissed(t *testing.T) {
-	g := startGateway(t)
-	g.mustSale("ms", `{"stock":5,"starts_at":"`+startsIn(time.Hour)+`"}`)
-	if r := g.buy("ms", "u", 1, ""); r.code != 403 || r.status() != "not_started" {
-		t.Fatalf("buy before the start: %d %s", r.code, r.raw)
-	}
-	// The room given behind the gateway's back (as if its announcement
-	// were lost), then the subscription drops.
-	if err := g.rdb.HSet(t.Context(), g.keys.Meta("ms"), "wr", 1, "wkey", strings.Repeat("11", 32)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	g.srv.rooms.Missed(false)
-	if rm, _, err := g.srv.rooms.get([]byte("ms"), time.Now()); err != nil || rm.Mode != sale.RoomFIFO {
-		t.Fatalf("the room after Missed: %+v, %v", rm, err)
 	}
 }
