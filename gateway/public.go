@@ -109,10 +109,10 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 	if err != nil {
 		return s.unavailable(ctx, "room", err)
 	}
-	var ticket sale.Ticket
+	var st sale.Standing
 	if rm.Mode != sale.RoomOff {
 		var ok bool
-		if _, ticket, ok = s.ticket(ctx, rm, buyer); !ok {
+		if _, st, ok = where(ctx, rm, buyer, now.UnixMilli()); !ok {
 			room.notAdmitted.Add(1)
 			return write(ctx, replyNotAdmitted)
 		}
@@ -129,7 +129,7 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 			return write(ctx, refused)
 		}
 	}
-	if rm.Mode != sale.RoomOff && !admitted(rm, ticket, req.user, now) {
+	if rm.Mode != sale.RoomOff && !st.Admits(req.user) {
 		room.notAdmitted.Add(1)
 		return write(ctx, replyNotAdmitted)
 	}

@@ -17,16 +17,12 @@ import (
 // shared with the sale's other joins in flight (sale.Store.Join); the poll,
 // answered from the ticket and the gateway's memory of the room (rooms.go)
 // with no Redis call; and the buy's check of the ticket, in memory, before
-// anything else.
+// anything else. Where a ticket stands is the sale's arithmetic
+// (sale.Room.Where): the edge reads the header, asks, and writes the
+// answer.
 
 // ticketHeader carries a buyer's ticket on a poll and a buy.
 const ticketHeader = "Flashgate-Ticket"
-
-// Bounds of poll_after_ms (API.md).
-const (
-	minPollAfter = 500
-	maxPollAfter = 20_000
-)
 
 // serveJoin answers a join; the router checked saleB, authenticate the
 // token (buyer is its sub, "" with authentication off).
@@ -64,8 +60,8 @@ func (s *Server) serveJoin(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		return
 	}
 	s.rooms.joined(saleID, place.Room)
-	t := sale.Ticket{User: user, Join: place.Join, Prequeue: place.Room.Prequeue, Clock: place.Room.Clock}
-	write(ctx, reply{code: 200, body: appendQueueView(nil, place.Room, t, nil, now.UnixMilli())})
+	st := place.Standing(user, now.UnixMilli())
+	write(ctx, reply{code: 200, body: appendQueueView(nil, place.Room, &st, nil)})
 }
 
 // parseJoin reads the buyer of a join: the body's user_id, or the token's
@@ -118,7 +114,7 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 		write(ctx, replySoldOut)
 		return
 	}
-	raw, t, ok := s.ticket(ctx, rm, buyer)
+	raw, st, ok := where(ctx, rm, buyer, ms)
 	if !ok {
 		e.notAdmitted.Add(1)
 		write(ctx, replyNotAdmitted)
@@ -127,80 +123,30 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 	var buf [512]byte // the view is built on the stack and copied into the response
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(jsonType)
-	ctx.Response.SetBody(appendQueueView(buf[:0], rm, t, raw, ms))
+	ctx.Response.SetBody(appendQueueView(buf[:0], rm, &st, raw))
 }
 
-// ticket reads the request's ticket of room rm: exactly one, genuine, of
-// this sale, and of buyer when authentication names one. raw is the
-// ticket as sent (aliasing the request).
-func (s *Server) ticket(ctx *fasthttp.RequestCtx, rm *sale.Room, buyer string) (raw []byte, t sale.Ticket, ok bool) {
-	v, n := headerValues(&ctx.Request.Header, ticketHeader)
+// where asks the room rm where the request's ticket stands at now (Unix
+// ms): the request carries exactly one, genuine, of this sale, and of
+// buyer when authentication names one. raw is the ticket as sent
+// (aliasing the request).
+func where(ctx *fasthttp.RequestCtx, rm *sale.Room, buyer string, now int64) (raw []byte, st sale.Standing, ok bool) {
+	raw, n := headerValues(&ctx.Request.Header, ticketHeader)
 	if n != 1 {
-		return nil, t, false
+		return nil, st, false
 	}
-	t, err := rm.Key.Read(rm.Sale, v)
-	if err != nil || buyer != "" && t.User != buyer {
-		return nil, t, false
+	st, err := rm.Where(raw, buyer, now)
+	if err != nil {
+		return nil, st, false
 	}
-	return v, t, true
+	return raw, st, true
 }
 
-// admitted tells whether a buy of user may pass room rm with ticket t (read
-// by Server.ticket): t is user's, admitted, and its pass has not ended at
-// now.
-func admitted(rm *sale.Room, t sale.Ticket, user []byte, now time.Time) bool {
-	if t.User != string(user) {
-		return false
-	}
-	pl := placeOf(rm, t, now.UnixMilli())
-	return pl.admitted && now.UnixMilli() < pl.passUntil
-}
-
-// place is a ticket's place in its room at one instant.
-type place struct {
-	known     bool  // false: a random room's pre-queue not yet sealed
-	position  int64 // with known
-	ahead     int64 // with known
-	admitted  bool
-	admitAt   int64 // Unix ms; with known
-	passUntil int64 // Unix ms; with admitted
-}
-
-// placeOf reads t's place in rm at now (Unix ms). Of the clock the room's
-// memory holds and the one the ticket carries, the newer counts; a
-// position the newer clock had admitted before its anchor was admitted
-// when the ticket's clock said, if that was earlier (it is exact for a
-// ticket that saw every change of rate but the last).
-func placeOf(rm *sale.Room, t sale.Ticket, now int64) place {
-	prequeue := rm.Prequeue
-	if prequeue < 0 {
-		prequeue = t.Prequeue
-	}
-	p, known := rm.Key.Position(rm.Mode, prequeue, t.Join)
-	if !known {
-		return place{}
-	}
-	c := sale.Newer(rm.Clock, t.Clock)
-	at := c.AdmitAt(p)
-	if p <= c.Head && c.Version > t.Clock.Version {
-		at = min(at, t.Clock.AdmitAt(p))
-	}
-	pl := place{known: true, position: p, admitAt: at}
-	if head := c.HeadAt(now); p <= head {
-		pl.admitted = true
-		pl.passUntil = at + rm.Pass*1000
-	} else {
-		pl.ahead = p - 1 - head
-	}
-	return pl
-}
-
-// appendQueueView appends the queue view of ticket t (raw as sent, or nil
-// to sign it here) in rm at now (Unix ms).
-func appendQueueView(b []byte, rm *sale.Room, t sale.Ticket, raw []byte, now int64) []byte {
-	pl := placeOf(rm, t, now)
+// appendQueueView appends the queue view of st in rm, with its ticket raw
+// as sent, or signed here when raw is nil.
+func appendQueueView(b []byte, rm *sale.Room, st *sale.Standing, raw []byte) []byte {
 	b = append(b, `{"status":"`...)
-	if pl.admitted {
+	if st.Admitted {
 		b = append(b, "admitted"...)
 	} else {
 		b = append(b, "waiting"...)
@@ -208,42 +154,32 @@ func appendQueueView(b []byte, rm *sale.Room, t sale.Ticket, raw []byte, now int
 	b = append(b, `","sale_id":"`...)
 	b = append(b, rm.Sale...)
 	b = append(b, `","user_id":"`...)
-	b = append(b, t.User...)
+	b = append(b, st.Ticket.User...)
 	b = append(b, `","ticket":"`...)
 	if raw != nil {
 		b = append(b, raw...)
 	} else {
-		b = rm.Key.Sign(b, rm.Sale, t)
+		b = rm.Key.Sign(b, rm.Sale, st.Ticket)
 	}
 	b = append(b, `","position":`...)
-	var eta, wait int64
-	switch {
-	case !pl.known:
-		b = append(b, `null,"ahead":null`...)
-		// The place is drawn at the start: until then, the start and
-		// half the crowd so far ahead is the estimate.
-		wait = rm.Start - now + rm.Joined*500/max(rm.Clock.Rate, 1)
-	default:
-		b = strconv.AppendInt(b, pl.position, 10)
+	if st.Known {
+		b = strconv.AppendInt(b, st.Position, 10)
 		b = append(b, `,"ahead":`...)
-		b = strconv.AppendInt(b, pl.ahead, 10)
-		wait = pl.admitAt - now
-	}
-	if !pl.admitted {
-		eta = max(0, (wait+999)/1000)
+		b = strconv.AppendInt(b, st.Ahead, 10)
+	} else {
+		b = append(b, `null,"ahead":null`...)
 	}
 	b = append(b, `,"eta_seconds":`...)
-	b = strconv.AppendInt(b, eta, 10)
+	b = strconv.AppendInt(b, st.ETA, 10)
 	b = append(b, `,"pass_until":`...)
-	if pl.admitted {
+	if st.Admitted {
 		b = append(b, '"')
-		b = time.UnixMilli(pl.passUntil).UTC().AppendFormat(b, payByLayout)
+		b = time.UnixMilli(st.PassUntil).UTC().AppendFormat(b, payByLayout)
 		b = append(b, '"')
-		wait = pl.passUntil - now // nothing to wait for: ask again within the pass
 	} else {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"poll_after_ms":`...)
-	b = strconv.AppendInt(b, min(max(wait/2, minPollAfter), maxPollAfter), 10)
+	b = strconv.AppendInt(b, st.PollAfter, 10)
 	return append(b, '}')
 }

@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/flashgate/flashgate/internal/localstack"
-	"github.com/flashgate/flashgate/sale"
 )
 
 // With buyer authentication on, a place is the token's sub's: the join
@@ -99,81 +97,5 @@ func TestRoomBuckets(t *testing.T) {
 	localstack.WaitFor(t, 5*time.Second, "sold out heard by the room", func() bool { return g.poll("wb", tickets[0]).code == 410 })
 	if r := g.join("wb", "late"); r.code != 200 && r.code != 410 {
 		t.Fatalf("join of a sold-out bucketed sale: %d %s", r.code, r.raw)
-	}
-}
-
-// An admission lasts pass_seconds from the instant the clock admitted the
-// place; a ticket a newer clock admitted before its anchor keeps the
-// admission its own clock gave it.
-func TestPlaceOf(t *testing.T) {
-	k, err := sale.NewTicketKey(strings.Repeat("5a", 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := sale.Clock{Version: 1, At: 100_000, Head: 0, Rate: 10}
-	rm := &sale.Room{Sale: "s", Mode: sale.RoomFIFO, Pass: 10, Prequeue: -1, Joined: 50, Clock: c, Key: k}
-	tk := sale.Ticket{User: "u", Join: 20, Prequeue: -1, Clock: c}
-	// Position 20 at 10/s from 100 s: admitted at 102 s, pass to 112 s.
-	for _, tc := range []struct {
-		now      int64
-		admitted bool
-		ahead    int64
-	}{{99_000, false, 19}, {101_000, false, 9}, {101_999, false, 0}, {102_000, true, 0}, {111_999, true, 0}, {112_000, true, 0}} {
-		pl := placeOf(rm, tk, tc.now)
-		if !pl.known || pl.position != 20 || pl.admitted != tc.admitted || pl.ahead != tc.ahead || pl.admitAt != 102_000 {
-			t.Errorf("at %d: %+v", tc.now, pl)
-		}
-		if tc.admitted && pl.passUntil != 112_000 {
-			t.Errorf("at %d: pass until %d, want 112000", tc.now, pl.passUntil)
-		}
-		want := tc.admitted && tc.now < 112_000
-		if got := admitted(rm, tk, []byte("u"), time.UnixMilli(tc.now)); got != want {
-			t.Errorf("at %d: admitted to buy %v, want %v", tc.now, got, want)
-		}
-	}
-	if admitted(rm, tk, []byte("v"), time.UnixMilli(105_000)) {
-		t.Error("another buyer passes with u's ticket")
-	}
-	// The rate went to 1/s at 104 s (head 40 there): the ticket's clock
-	// admitted 20 at 102 s, which stands; 45 waits at the new rate.
-	rm.Clock = sale.Clock{Version: 2, At: 104_000, Head: 40, Rate: 1}
-	if pl := placeOf(rm, tk, 105_000); !pl.admitted || pl.passUntil != 112_000 {
-		t.Errorf("after the rate change: %+v", pl)
-	}
-	late := sale.Ticket{User: "w", Join: 45, Prequeue: -1, Clock: c}
-	if pl := placeOf(rm, late, 105_000); pl.admitted || pl.admitAt != 109_000 || pl.ahead != 3 {
-		t.Errorf("45 after the rate change: %+v", pl)
-	}
-	// A random room's pre-queue: no place before it is sealed, then the
-	// drawn one; the ticket's sealed count stands for a memory that has
-	// not seen the seal yet.
-	rm.Mode, rm.Clock = sale.RoomRandom, c
-	if pl := placeOf(rm, tk, 105_000); pl.known || pl.admitted {
-		t.Errorf("a place in an unsealed pre-queue: %+v", pl)
-	}
-	sealed := tk
-	sealed.Prequeue = 30
-	want, _ := k.Position(sale.RoomRandom, 30, 20)
-	if pl := placeOf(rm, sealed, 105_000); !pl.known || pl.position != want {
-		t.Errorf("a sealed pre-queue's place: %+v, want %d", pl, want)
-	}
-}
-
-// A lost subscription forgets the sales held without a room, so that a
-// room given meanwhile is seen at the next buy.
-func TestRoomsMissed(t *testing.T) {
-	g := startGateway(t)
-	g.mustSale("ms", `{"stock":5,"starts_at":"`+startsIn(time.Hour)+`"}`)
-	if r := g.buy("ms", "u", 1, ""); r.code != 403 || r.status() != "not_started" {
-		t.Fatalf("buy before the start: %d %s", r.code, r.raw)
-	}
-	// The room given behind the gateway's back (as if its announcement
-	// were lost), then the subscription drops.
-	if err := g.rdb.HSet(t.Context(), g.keys.Meta("ms"), "wr", 1, "wkey", strings.Repeat("11", 32)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	g.srv.rooms.Missed(false)
-	if rm, _, err := g.srv.rooms.get([]byte("ms"), time.Now()); err != nil || rm.Mode != sale.RoomFIFO {
-		t.Fatalf("the room after Missed: %+v, %v", rm, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/sale"
 )
 
 // The waiting room (API.md "Waiting room", DESIGN.md invariant 11) against
@@ -52,7 +53,7 @@ func TestRoomFIFO(t *testing.T) {
 	for i := range n {
 		r := a.join("wr", "u"+itoa(i))
 		if r.code != 200 || r.status() != "waiting" || r.num("position") != int64(i+1) || r.num("ahead") != int64(i) ||
-			r.body["pass_until"] != nil || r.num("poll_after_ms") < minPollAfter || r.num("poll_after_ms") > maxPollAfter {
+			r.body["pass_until"] != nil || r.num("poll_after_ms") < sale.MinPollAfter || r.num("poll_after_ms") > sale.MaxPollAfter {
 			t.Fatalf("join %d: %d %s", i, r.code, r.raw)
 		}
 		tickets[i] = r.str("ticket")

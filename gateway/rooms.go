@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/flashgate/flashgate/sale"
 )
@@ -50,10 +51,13 @@ type rooms struct {
 
 // roomEntry is one sale's memory. room is replaced whole, never changed.
 type roomEntry struct {
-	room     atomic.Pointer[sale.Room]
-	loaded   atomic.Int64             // Unix ms of the read that room came from; 0: read again now
-	used     atomic.Int64             // Unix ms of the last request that asked
-	inflight atomic.Pointer[roomLoad] // the read in flight, if any
+	room   atomic.Pointer[sale.Room]
+	loaded atomic.Int64 // Unix ms of the read that room came from; 0: read again now
+	used   atomic.Int64 // Unix ms of the last request that asked
+	// first is the entry's read in flight, if any (get): it is the
+	// entry's, not the rooms', so that an entry forgotten on an
+	// announcement forgets its read too, and the next request reads anew.
+	first singleflight.Group
 	// Counters of its series (roommetrics.go).
 	polls, notAdmitted atomic.Uint64
 }
@@ -102,35 +106,28 @@ func (r *rooms) get(id []byte, now time.Time) (*sale.Room, *roomEntry, error) {
 		r.mu.Unlock()
 	}
 	e.used.Store(ms)
-	// One read at a time per sale: the requests that come meanwhile wait
-	// for it and share its answer, a failure included, so that a Redis
-	// that does not answer costs a crowd one timeout, not one each.
-	l := &roomLoad{done: make(chan struct{})}
-	for {
-		if e.inflight.CompareAndSwap(nil, l) {
-			break
-		}
-		if other := e.inflight.Load(); other != nil {
-			<-other.done
-			return other.rm, e, other.err
-		}
-	}
-	if rm := e.room.Load(); rm != nil && (rm.Mode != sale.RoomOff || ms-e.loaded.Load() < noRoomTTL.Milliseconds()) {
-		l.rm = rm // read by a request that finished as this one began
-	} else if l.rm, l.err = r.read(r.first, string(id)); l.err == nil {
-		r.store(e, l.rm, r.now())
-	}
-	close(l.done)
-	e.inflight.Store(nil)
-	return l.rm, e, l.err
+	rm, err := r.load(e, string(id), ms)
+	return rm, e, err
 }
 
-// roomLoad is a read of a room in flight, and its answer once done is
-// closed.
-type roomLoad struct {
-	done chan struct{}
-	rm   *sale.Room
-	err  error
+// load reads the room of id into e, the read a request that found nothing
+// held waits for. One read at a time per sale: the requests that come
+// meanwhile wait for it and share its answer, a failure included, so that
+// a Redis that does not answer costs a crowd one timeout, not one each.
+// The read is not the caller's: it runs to its own timeout whoever waits.
+func (r *rooms) load(e *roomEntry, id string, ms int64) (*sale.Room, error) {
+	v, err, _ := e.first.Do("", func() (any, error) {
+		if rm := e.room.Load(); rm != nil && (rm.Mode != sale.RoomOff || ms-e.loaded.Load() < noRoomTTL.Milliseconds()) {
+			return rm, nil // read by a request that finished as this one began
+		}
+		rm, err := r.read(r.first, id)
+		if err == nil {
+			r.store(e, rm, r.now())
+		}
+		return rm, err
+	})
+	rm, _ := v.(*sale.Room)
+	return rm, err
 }
 
 // peek returns what is held of the room of id, or nil, without reading

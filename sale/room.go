@@ -91,7 +91,8 @@ func Newer(a, b Clock) Clock {
 }
 
 // Room is what a gateway keeps of a sale's waiting room to answer polls
-// and check buys without Redis (gateway/rooms.go).
+// and check buys without Redis (gateway/rooms.go): Where (standing.go)
+// says where a ticket stands in it.
 type Room struct {
 	Sale     string
 	Mode     int64 // RoomOff for a sale without a room
