@@ -22,7 +22,7 @@ import (
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/internal/localstack"
-	"github.com/flashgate/flashgate/sale"
+	"github.com/flashgate/flashgate/process"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -74,15 +74,15 @@ func TestGatewayChild(t *testing.T) {
 	rdb := scripts.NewClient(ro)
 	defer rdb.Close()
 	defer localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
-	loader := scripts.New(rdb, "", scripts.Keys{Prefix: cfg.Redis.KeyPrefix})
-	if _, err := loader.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	sales, err := sale.New(rdb, loader, scripts.Keys{Prefix: cfg.Redis.KeyPrefix}, sale.OptionsFor(cfg))
+	// The gateway process's parts (process.Gateway) but the relay.
+	parts, err := process.NewGateway(cfg, process.GatewayDeps{Log: log, Redis: rdb, NoRelay: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Deps{Log: log, Sales: sales, Loader: loader})
+	if _, err := parts.Loader.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Deps{Log: log, Sales: parts.Sales, Loader: parts.Loader, Reload: parts.Reload, Metrics: parts.WriteMetrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestGatewayChild(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- parts.Run(ctx, srv) }()
 	fmt.Printf("listening %s %s\n", srv.Addr(), srv.AdminAddr())
 	eof := make(chan struct{})
 	go func() {
