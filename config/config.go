@@ -169,6 +169,12 @@ type HTTP struct {
 	// connections on the public listener; 0 turns the limit off.
 	MaxConnsPerIP int
 	MaxHeaderSize int
+	// CORSOrigins are the origins (scheme://host[:port]) whose pages may
+	// call the public API from a browser; none: no CORS.
+	CORSOrigins []string
+	// PageTemplate is an html/template file that replaces the built-in
+	// sale page (GET /s/{sale_id}); empty: the built-in page.
+	PageTemplate string
 }
 
 // Admin configures the admin listener.

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -185,6 +186,28 @@ var settings = []setting{
 		func(c *Config) *int { return &c.HTTP.MaxConnsPerIP }),
 	intSetting("FLASHGATE_HTTP_MAX_HEADER_BYTES", "http.max_header_bytes", "8192", "request header size limit", 1024, 1<<20,
 		func(c *Config) *int { return &c.HTTP.MaxHeaderSize }),
+	{env: "FLASHGATE_CORS_ORIGINS", key: "http.cors_origins", def: "",
+		doc: "comma-separated origins (https://shop.example: scheme, host and port, no path) whose pages may call the public API from a browser; " +
+			"their answers carry Access-Control-Allow-Origin, any other origin's none. Empty (the default): no CORS",
+		set: func(c *Config, v string) error {
+			var origins []string
+			for _, o := range strings.Split(v, ",") {
+				o = strings.TrimSpace(o)
+				if o == "" {
+					continue
+				}
+				if err := checkOrigin(o); err != nil {
+					return err
+				}
+				origins = append(origins, o)
+			}
+			c.HTTP.CORSOrigins = origins
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(c.HTTP.CORSOrigins, ",") }},
+	strSetting("FLASHGATE_PAGE_TEMPLATE", "http.page_template", "",
+		"an HTML template file (Go html/template) that replaces the built-in sale page GET /s/{sale_id}; read and checked at start and at reload", false,
+		func(c *Config) *string { return &c.HTTP.PageTemplate }),
 	{env: "FLASHGATE_LOG_LEVEL", key: "log.level", def: "info", doc: "debug, info, warn or error",
 		set: func(c *Config, v string) error {
 			switch v {
@@ -421,4 +444,18 @@ func maskDSN(dsn string) string {
 		cfg.Passwd = "xxx"
 	}
 	return cfg.FormatDSN()
+}
+
+// checkOrigin accepts an origin as a browser sends it in Origin: a scheme
+// (http or https), a host and an optional port, nothing else.
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(o, "/") || strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#") {
+		return fmt.Errorf("%q: want an origin such as https://shop.example or http://127.0.0.1:3000 (scheme, host and port, no path, no *)", o)
+	}
+	if o != strings.ToLower(u.Scheme)+"://"+strings.ToLower(u.Host) {
+		return fmt.Errorf("%q: write the origin in lower case, as browsers send it (%s://%s)", o, strings.ToLower(u.Scheme), strings.ToLower(u.Host))
+	}
+	return nil
 }

@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
-	"github.com/flashgate/flashgate/sale"
 	"strconv"
 	"time"
 
@@ -12,7 +12,9 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 	"go.uber.org/zap"
 
+	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/sale"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -208,10 +210,33 @@ func adminView(v *sale.View) []byte {
 	return append(b, '}')
 }
 
+// Reload reads the shop's page template (http.page_template) and the
+// scripts again, as POST /admin/v1/scripts/reload does, and SIGHUP through
+// the process: a template that fails leaves both as they were, and scripts
+// that fail leave the page as it was.
+func (s *Server) Reload(ctx context.Context, who string) ([]scripts.Script, error) {
+	p, err := s.pages.build()
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.reload(ctx, who)
+	if err != nil {
+		return nil, err
+	}
+	s.pages.use(p)
+	return list, nil
+}
+
 func (s *Server) serveReload(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := s.redisCtx()
 	defer cancel()
-	if _, err := s.reload(rctx, s.who(ctx)); err != nil {
+	if _, err := s.Reload(rctx, s.who(ctx)); err != nil {
+		if se := (*config.SettingError)(nil); errors.As(err, &se) {
+			b := append([]byte(nil), `{"status":"page_error","error":`...)
+			b = appendString(b, err.Error())
+			write(ctx, reply{code: 422, body: append(b, '}')})
+			return
+		}
 		if errors.Is(err, scripts.ErrCompile) {
 			b := append([]byte(nil), `{"status":"script_error","error":`...)
 			b = appendString(b, err.Error())

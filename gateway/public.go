@@ -20,6 +20,11 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	m := publicRoutes.match(ctx.Method(), requestPath(ctx.Request.Header.RequestURI()))
+	if m.allow != "" && ctx.IsOptions() {
+		s.cors.preflight(ctx, m.allow)
+		return
+	}
+	s.cors.answer(ctx)
 	var buyer string
 	// A poll needs no token (API.md lists the buy and the order status; the
 	// ticket is the buyer's already): one that comes with a token is
@@ -51,6 +56,8 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		s.serveJoin(ctx, m.sale, buyer) // queue.go
 	case routePoll:
 		s.servePoll(ctx, m.sale, buyer)
+	case routePage:
+		s.servePage(ctx, m.sale)
 	case routeHealthz:
 		write(ctx, replyOK)
 	case routeReadyz:

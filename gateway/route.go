@@ -59,6 +59,7 @@ const (
 	routeCancel
 	routeJoin
 	routePoll
+	routePage
 )
 
 // endpoint is one row of a routing table: a method and a path pattern of
@@ -76,6 +77,7 @@ var publicRoutes = newRouter([]endpoint{
 	{routeOrderStatus, "GET", "/v1/sales/{sale}/orders/{order}"},
 	{routeJoin, "POST", "/v1/sales/{sale}/queue"},
 	{routePoll, "GET", "/v1/sales/{sale}/queue"},
+	{routePage, "GET", "/s/{sale}"},
 	{routeHealthz, "GET", "/healthz"},
 	{routeHealthz, "GET", "/livez"},
 	{routeReadyz, "GET", "/readyz"},

@@ -56,6 +56,8 @@ type Server struct {
 	metrics  *gatewayMetrics
 	extra    func(w io.Writer)
 	auth     *buyerAuth // nil: buyer authentication is off
+	cors     *cors      // nil: no origin is allowed
+	pages    *salePages
 	token    []byte
 	maxBody  int
 	timeout  time.Duration
@@ -80,8 +82,14 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 			return nil, fmt.Errorf("gateway: buyer authentication: %w", err)
 		}
 	}
+	pages, err := newSalePages(cfg.HTTP.PageTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: sale page: %w", err)
+	}
 	s := &Server{
 		cfg:     cfg,
+		cors:    newCORS(cfg.HTTP.CORSOrigins),
+		pages:   pages,
 		log:     deps.Log,
 		sales:   deps.Sales,
 		loader:  deps.Loader,
@@ -100,8 +108,8 @@ func New(cfg *config.Config, deps Deps) (*Server, error) {
 		s.reload = func(ctx context.Context, _ string) ([]scripts.Script, error) { return s.loader.Load(ctx) }
 	}
 	publicCap, adminCap := s.deriveConnCaps()
-	s.public = s.newHTTPServer("public", s.servePublic, publicCap)
-	s.admin = s.newHTTPServer("admin", s.serveAdmin, adminCap)
+	s.public = s.newHTTPServer("public", s.servePublic, s.servePublicError, publicCap)
+	s.admin = s.newHTTPServer("admin", s.serveAdmin, s.serveError, adminCap)
 	pub, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: public listener: %w", err)
@@ -146,12 +154,12 @@ func (s *Server) deriveConnCaps() (public, admin int) {
 // set well above the listener's cap: the listener admits at most maxConns
 // connections, but a worker may still be on its way back to fasthttp's
 // pool after its connection closed, and fasthttp's refusal is text/plain.
-func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler, maxConns int) *fasthttp.Server {
+func (s *Server) newHTTPServer(name string, h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, error), maxConns int) *fasthttp.Server {
 	c := s.cfg.HTTP
 	return &fasthttp.Server{
 		Name:                          "flashgate",
 		Handler:                       h,
-		ErrorHandler:                  s.serveError,
+		ErrorHandler:                  onError,
 		ReadTimeout:                   c.ReadTimeout,
 		WriteTimeout:                  c.WriteTimeout,
 		IdleTimeout:                   c.IdleTimeout,
@@ -191,7 +199,7 @@ func (s *Server) Run(ctx context.Context) error {
 	watching.Add(2)
 	go func() {
 		defer watching.Done()
-		s.sales.Listen(watchCtx, listeners{s.closed, s.rooms})
+		s.sales.Listen(watchCtx, listeners{s.closed, s.rooms, &s.pages.known})
 	}()
 	go func() {
 		defer watching.Done()
@@ -252,6 +260,12 @@ func (s *Server) Close() {
 
 // serveError answers what fasthttp itself refused: a body over the limit,
 // oversized headers, a malformed request line.
+// servePublicError is serveError with the public listener's CORS headers.
+func (s *Server) servePublicError(ctx *fasthttp.RequestCtx, err error) {
+	s.cors.answer(ctx)
+	s.serveError(ctx, err)
+}
+
 func (s *Server) serveError(ctx *fasthttp.RequestCtx, err error) {
 	var sizeErr *fasthttp.ErrSmallBuffer
 	var netErr net.Error

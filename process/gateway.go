@@ -138,9 +138,12 @@ func (g *Gateway) WriteMetrics(w io.Writer) {
 }
 
 // Edge is the HTTP edge a gateway process serves (gateway.Server): Run
-// serves until ctx ends, then drains and returns.
+// serves until ctx ends, then drains and returns; Reload reads again what
+// the edge reads from files (the scripts through Gateway.Reload, a shop's
+// page template), for a hangup.
 type Edge interface {
 	Run(ctx context.Context) error
+	Reload(ctx context.Context, who string) ([]scripts.Script, error)
 }
 
 // Run runs the process until ctx ends and edge has drained: the sales'
@@ -177,7 +180,7 @@ func (g *Gateway) Run(ctx context.Context, edge Edge) error {
 		}, g.log.Named("scripts").With(zap.String("dir", g.cfg.Scripts.Dir)), "fix them and reload (SIGHUP)")
 	})
 	if g.hangup != nil {
-		bg.Go(func() { g.reloadOnHangup(bgCtx) })
+		bg.Go(func() { g.reloadOnHangup(bgCtx, edge) })
 	}
 
 	relayCtx, stopRelay := context.WithCancel(context.Background())
@@ -195,17 +198,17 @@ func (g *Gateway) Run(ctx context.Context, edge Edge) error {
 	return err
 }
 
-func (g *Gateway) reloadOnHangup(ctx context.Context) {
+func (g *Gateway) reloadOnHangup(ctx context.Context, edge Edge) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-g.hangup:
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := g.Reload(rctx, "SIGHUP")
+			_, err := edge.Reload(rctx, "SIGHUP")
 			cancel()
 			if err != nil {
-				g.log.Error("script reload on SIGHUP failed; the previous set stays", zap.Error(err))
+				g.log.Error("reload on SIGHUP failed; the previous scripts and page stay", zap.Error(err))
 			}
 		}
 	}

@@ -63,10 +63,17 @@ func TestReloadAudit(t *testing.T) {
 	}
 }
 
-// edgeFunc is an Edge of a function.
-type edgeFunc func(ctx context.Context) error
+// testEdge is an Edge whose Run is run and whose Reload is the process's.
+type testEdge struct {
+	g   *Gateway
+	run func(ctx context.Context) error
+}
 
-func (f edgeFunc) Run(ctx context.Context) error { return f(ctx) }
+func (e testEdge) Run(ctx context.Context) error { return e.run(ctx) }
+
+func (e testEdge) Reload(ctx context.Context, who string) ([]scripts.Script, error) {
+	return e.g.Reload(ctx, who)
+}
 
 // Run loads the scripts at start, reloads them on each Hangup, returns the
 // edge's error once the edge has returned, and leaves no part running
@@ -87,7 +94,7 @@ func TestGatewayRunsAroundTheEdge(t *testing.T) {
 		return logs.FilterMessage("audit").FilterField(zap.String("who", who)).Len()
 	}
 	stop := errors.New("edge stopped")
-	err = g.Run(context.Background(), edgeFunc(func(ctx context.Context) error {
+	err = g.Run(context.Background(), testEdge{g: g, run: func(ctx context.Context) error {
 		for deadline := time.Now().Add(10 * time.Second); g.Loader.Scripts() == nil; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				return errors.New("the scripts were not loaded at start (is Redis up? make up)")
@@ -100,7 +107,7 @@ func TestGatewayRunsAroundTheEdge(t *testing.T) {
 			}
 		}
 		return stop
-	}))
+	}})
 	if !errors.Is(err, stop) {
 		t.Fatalf("Run = %v, want the edge's error", err)
 	}
