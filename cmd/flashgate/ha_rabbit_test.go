@@ -18,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
@@ -205,7 +206,7 @@ func TestHARabbitNodeKill(t *testing.T) {
 	}
 	for _, sale := range sales {
 		s.checkExactlyOnce(sale, accepted[sale])
-		_, units := s.ledger(sale)
+		_, units := s.owners(sale)
 		for user, u := range units {
 			if u > limit {
 				t.Errorf("sale %s: user %s (one key) holds %d units in MySQL, limit %d", sale, user, u, limit)
@@ -415,7 +416,7 @@ func startRabbitCrowd(t *testing.T, gws []*gatewayProc, sales []string, workers 
 // the crowd stops), with the same key, and reports the 202's body.
 func (c *rabbitCrowd) buy(hc *http.Client, g *gatewayProc, sale, user string) (string, bool) {
 	for c.ctx.Err() == nil {
-		code, id, body, err := buyOnce(hc, "http://"+g.public, sale, user)
+		code, id, body, err := crowdtest.Buy(hc, "http://"+g.public, sale, user)
 		now := time.Now()
 		if err != nil {
 			c.fail(fmt.Sprintf("sale %s user %s on %s: no answer: %v", sale, user, g.public, err))
@@ -443,7 +444,7 @@ func (c *rabbitCrowd) buy(hc *http.Client, g *gatewayProc, sale, user string) (s
 // replay repeats an accepted buy with its key: the first response again.
 func (c *rabbitCrowd) replay(hc *http.Client, g *gatewayProc, sale, user, first string) {
 	for c.ctx.Err() == nil {
-		code, _, body, err := buyOnce(hc, "http://"+g.public, sale, user)
+		code, _, body, err := crowdtest.Buy(hc, "http://"+g.public, sale, user)
 		if err != nil {
 			c.fail(fmt.Sprintf("replay sale %s user %s on %s: no answer: %v", sale, user, g.public, err))
 			time.Sleep(20 * time.Millisecond)

@@ -22,6 +22,9 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
+// errNoAnswer is a buy to send again: no reply, or 503 (not ready yet).
+var errNoAnswer = errors.New("no answer")
+
 // Orders and payment end to end (API.md, "Orders and payment"): the
 // binary's gateways, which sweep due orders, its consumer, and real Redis,
 // RabbitMQ and MySQL. The order's life is driven through the admin package's
@@ -332,27 +335,9 @@ type orderRow struct {
 // on an order id seen twice.
 func (s *stack) mysqlStates(sale string) map[string]orderRow {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, user_id, quantity, state FROM orders WHERE sale_id = ?`, sale)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
 	out := map[string]orderRow{}
-	for rows.Next() {
-		var id string
-		var r orderRow
-		if err := rows.Scan(&id, &r.user, &r.qty, &r.state); err != nil {
-			s.t.Fatal(err)
-		}
-		if _, dup := out[id]; dup {
-			s.t.Fatalf("order %s twice in MySQL", id)
-		}
-		out[id] = r
-	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
+	for _, r := range s.orders(sale) {
+		out[r.OrderID] = orderRow{user: r.UserID, qty: r.Quantity, state: r.State}
 	}
 	return out
 }
