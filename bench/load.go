@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -28,108 +26,6 @@ const (
 	// the stock without a sold_out answer.
 	soldOutGrace = time.Second
 )
-
-// Outcomes of a buy, in report order; oError is a request that got no
-// answer at all (timeout, reset, refused).
-const (
-	oAccepted = iota
-	oSoldOut
-	oLimitReached
-	oInsufficient
-	oRateLimited
-	oLocked
-	oNotStarted
-	oEnded
-	oNotFound
-	oIdemConflict
-	oBadRequest
-	oTooLarge
-	oUnavailable
-	oUnauthorized
-	oForbidden
-	oNotAdmitted
-	oOther
-	oError
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{
-	"accepted", "sold_out", "limit_reached", "insufficient_stock", "rate_limited", "locked",
-	"not_started", "ended", "not_found", "idempotency_conflict", "bad_request", "too_large",
-	"unavailable", "unauthorized", "forbidden", "not_admitted", "other", "error",
-}
-
-var (
-	statusKey  = []byte(`"status"`)
-	orderIDKey = []byte(`"order_id"`)
-)
-
-// classify maps an answer to its outcome by the body's status, which is the
-// contract (the HTTP code is kept for the report only).
-func classify(body []byte) int {
-	switch string(jsonString(body, statusKey)) {
-	case "accepted":
-		return oAccepted
-	case "sold_out":
-		return oSoldOut
-	case "limit_reached":
-		return oLimitReached
-	case "insufficient_stock":
-		return oInsufficient
-	case "rate_limited":
-		return oRateLimited
-	case "locked":
-		return oLocked
-	case "not_started":
-		return oNotStarted
-	case "ended":
-		return oEnded
-	case "not_found":
-		return oNotFound
-	case "idempotency_conflict":
-		return oIdemConflict
-	case "bad_request":
-		return oBadRequest
-	case "too_large":
-		return oTooLarge
-	case "unavailable":
-		return oUnavailable
-	case "unauthorized":
-		return oUnauthorized
-	case "forbidden":
-		return oForbidden
-	case "not_admitted":
-		return oNotAdmitted
-	}
-	return oOther
-}
-
-// jsonString returns the value of the top-level string field key (given
-// with its quotes) of a flat JSON object, or nil. It does not unescape: the
-// ids and statuses of API.md never need escaping.
-func jsonString(body, key []byte) []byte {
-	for {
-		i := bytes.Index(body, key)
-		if i < 0 {
-			return nil
-		}
-		body = body[i+len(key):]
-		rest := bytes.TrimLeft(body, " \t\r\n")
-		if len(rest) == 0 || rest[0] != ':' {
-			continue // the key's text inside a value
-		}
-		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-		if len(rest) == 0 || rest[0] != '"' {
-			return nil
-		}
-		rest = rest[1:]
-		j := bytes.IndexByte(rest, '"')
-		if j < 0 {
-			return nil
-		}
-		return rest[:j]
-	}
-}
 
 // spec is one buyer's request: who, and the Idempotency-Key if any.
 type spec struct {
@@ -413,140 +309,6 @@ func (l *load) noteErr(err error) {
 	l.errMu.Unlock()
 }
 
-// worker owns one connection's worth of requests: one in flight at a time.
-type worker struct {
-	l     *load
-	rng   *rand.Rand
-	hist  [numOutcomes]*Histogram
-	req   *fasthttp.Request
-	resp  *fasthttp.Response
-	body  []byte
-	timer *time.Timer
-	tally *tally // nil unless Options.Timeline
-
-	sig *signer // with a JWT secret: the worker's buyer tokens
-}
-
-func newWorker(l *load) *worker {
-	w := &worker{l: l, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		req: &fasthttp.Request{}, resp: &fasthttp.Response{}}
-	w.req.Header.SetMethod(fasthttp.MethodPost)
-	w.req.SetRequestURI(l.buyURL)
-	w.req.Header.SetContentType("application/json")
-	if l.o.JWTSecret != "" {
-		w.sig = newSigner(l.o.JWTSecret, l.tokenExp)
-	}
-	if l.tl != nil {
-		w.tally = &tally{t: l.tl}
-	}
-	return w
-}
-
-// authorize sets the request's Authorization to a buyer token for user
-// (signer.token).
-func (w *worker) authorize(user string) {
-	w.req.Header.SetBytesV(fasthttp.HeaderAuthorization, w.sig.token(user))
-}
-
-func (w *worker) run() {
-	l := w.l
-	if l.interval > 0 {
-		w.timer = time.NewTimer(time.Hour)
-		w.timer.Stop()
-		defer w.timer.Stop()
-	}
-	for !l.halted.Load() {
-		var t0 time.Time
-		if l.interval > 0 {
-			i := l.slot.Add(1) - 1
-			due := l.start.Add(time.Duration(float64(i) * l.interval))
-			if d := time.Until(due); d > 0 {
-				w.timer.Reset(d)
-				select {
-				case <-w.timer.C:
-				case <-l.stop:
-					return
-				}
-			}
-			if l.halted.Load() {
-				return
-			}
-			if lag := time.Since(due); lag > lateAfter {
-				l.late.Add(1)
-				for m := l.maxLag.Load(); int64(lag) > m && !l.maxLag.CompareAndSwap(m, int64(lag)); m = l.maxLag.Load() {
-				}
-			}
-			t0 = due
-		}
-		w.send(l.next(w.rng), t0)
-	}
-}
-
-// send sends one buy and records and returns its outcome; t0 is the
-// scheduled time in the open loop, zero in the closed loop (then latency
-// starts now).
-func (w *worker) send(s *spec, t0 time.Time) int {
-	l := w.l
-	w.body = append(w.body[:0], `{"user_id":"`...)
-	w.body = append(w.body, s.user...)
-	w.body = append(w.body, `","quantity":1}`...)
-	w.req.SetBodyRaw(w.body)
-	if w.sig != nil {
-		w.authorize(s.user)
-	}
-	if s.key != "" {
-		w.req.Header.Set("Idempotency-Key", s.key)
-	} else {
-		w.req.Header.Del("Idempotency-Key")
-	}
-	if t0.IsZero() {
-		t0 = time.Now()
-	}
-	err := l.hc.DoTimeout(w.req, w.resp, l.o.Timeout)
-	now := time.Now()
-	o := oError
-	var body []byte
-	if err != nil {
-		l.noteErr(err)
-		if neverSent(err) {
-			l.notSent.Add(1)
-		}
-	} else {
-		body = w.resp.Body()
-		o = classify(body)
-		l.codes[o].Store(int32(w.resp.StatusCode()))
-	}
-	if o == oAccepted {
-		id := jsonString(body, orderIDKey)
-		if len(id) == 0 {
-			o = oOther
-			l.noteErr(fmt.Errorf("202 without order_id: %q", body))
-		} else {
-			units := l.ledger.accept(string(id), s.user, 1, s.key)
-			since := int64(now.Sub(l.start)) + 1
-			for m := l.lastAccept.Load(); since > m && !l.lastAccept.CompareAndSwap(m, since); m = l.lastAccept.Load() {
-			}
-			if units >= l.o.Stock {
-				l.soldOutAt(now, false)
-			}
-		}
-	}
-	if o == oSoldOut {
-		l.soldOutAt(now, true)
-	}
-	l.counts[o].Add(1)
-	h := w.hist[o]
-	if h == nil {
-		h = &Histogram{}
-		w.hist[o] = h
-	}
-	h.Record(now.Sub(t0))
-	if w.tally != nil {
-		w.tally.record(now.Sub(l.start), o, now.Sub(t0))
-	}
-	return o
-}
-
 // soldOutAt notes that the sale was seen sold out at t: the first sold_out
 // answer (answer true), or the 202 that took the last unit, whichever came
 // first. A sold_out answer stops the load at once; 202s for the whole stock
@@ -565,16 +327,6 @@ func (l *load) soldOutAt(t time.Time, answer bool) {
 	} else {
 		l.fullOnce.Do(func() { close(l.full) })
 	}
-}
-
-// neverSent reports whether err happened before the request could reach the
-// gateway, so that its outcome is known: nothing was reserved.
-func neverSent(err error) bool {
-	if errors.Is(err, fasthttp.ErrNoFreeConns) || errors.Is(err, fasthttp.ErrDialTimeout) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // coprime returns a multiplier coprime with n, near n/φ, so that i·a mod n

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/flashgate/flashgate/orderdb/salerows"
 )
 
 // orderDB reads the orders table of API.md, which the consumer fills.
@@ -46,9 +48,7 @@ func (d *orderDB) close() { d.db.Close() }
 
 // counts returns the sale's rows and units.
 func (d *orderDB) counts(ctx context.Context, sale string) (rows, units int64, err error) {
-	err = d.db.QueryRowContext(ctx,
-		`SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units)
-	return rows, units, err
+	return salerows.Count(ctx, d.db, sale)
 }
 
 // waitFor polls until the sale has at least orders rows and units units in
@@ -77,37 +77,28 @@ func (d *orderDB) waitFor(ctx context.Context, sale string, orders, units int64,
 
 // figures fills the MySQL part of f; accepted holds the 202s' order ids.
 func (d *orderDB) figures(ctx context.Context, sale string, limit int64, accepted map[string]struct{}, f *Figures) error {
-	err := d.db.QueryRowContext(ctx,
-		`SELECT COUNT(*), COUNT(DISTINCT order_id), COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = ?`, sale).
-		Scan(&f.MySQLRows, &f.MySQLDistinct, &f.MySQLUnits)
+	rows, err := salerows.Read(ctx, d.db, sale)
 	if err != nil {
 		return err
 	}
-	err = d.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT user_id FROM orders WHERE sale_id = ?
-		GROUP BY user_id HAVING SUM(quantity) > ?) AS over_limit`, sale, limit).Scan(&f.MySQLUsersOverLimit)
-	if err != nil {
-		return err
+	byID, units, _ := salerows.Owners(rows)
+	f.MySQLRows, f.MySQLDistinct, f.MySQLUnits, f.MySQLUsersOverLimit = int64(len(rows)), int64(len(byID)), 0, 0
+	for _, r := range rows {
+		f.MySQLUnits += r.Quantity
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT order_id FROM orders WHERE sale_id = ?`, sale)
-	if err != nil {
-		return err
+	for _, n := range units {
+		if n > limit {
+			f.MySQLUsersOverLimit++
+		}
 	}
-	defer rows.Close()
 	seen := make(map[string]struct{}, len(accepted))
 	f.ExtraInMySQL = 0
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		if _, ok := accepted[id]; ok {
-			seen[id] = struct{}{}
+	for _, r := range rows {
+		if _, ok := accepted[r.OrderID]; ok {
+			seen[r.OrderID] = struct{}{}
 		} else {
 			f.ExtraInMySQL++
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	f.MissingInMySQL = int64(len(accepted) - len(seen))
 	return nil

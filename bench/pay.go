@@ -16,6 +16,7 @@ import (
 
 	adminapi "github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/order"
+	"github.com/flashgate/flashgate/orderdb/salerows"
 )
 
 // The payment phase of a run on a sale with a payment window (API.md,
@@ -187,38 +188,29 @@ func (p *payment) mysql(ctx context.Context, d *orderDB, accepted map[string]str
 }
 
 func (p *payment) mysqlStates(ctx context.Context, d *orderDB, accepted map[string]struct{}, f *Figures) (int64, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT order_id, user_id, quantity, state FROM orders WHERE sale_id = ?`, p.o.Sale)
+	rows, err := salerows.Read(ctx, d.db, p.o.Sale)
 	if err != nil {
 		return 0, err
 	}
-	defer rows.Close()
 	var wrong, live int64
 	perUser := map[string]int64{}
 	seen := 0
-	for rows.Next() {
-		var id, user, state string
-		var qty int64
-		if err := rows.Scan(&id, &user, &qty, &state); err != nil {
-			return 0, err
+	for _, r := range rows {
+		if order.Live(r.State) {
+			live += r.Quantity
+			perUser[r.UserID] += r.Quantity
 		}
-		if order.Live(state) {
-			live += qty
-			perUser[user] += qty
-		}
-		if _, ok := accepted[id]; !ok {
+		if _, ok := accepted[r.OrderID]; !ok {
 			continue
 		}
 		seen++
 		want := order.StateExpired
-		if _, ok := p.paid[id]; ok {
+		if _, ok := p.paid[r.OrderID]; ok {
 			want = order.StatePaid
 		}
-		if state != want {
+		if r.State != want {
 			wrong++
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, err
 	}
 	wrong += int64(len(accepted) - seen) // not in MySQL at all
 	var over int64

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -25,18 +26,18 @@ func TestRabbitMQMemoryAlarm(t *testing.T) {
 	g := s.startGateway(nil)
 	s.startConsumers(1)
 	s.createSale(g, "alarm", 1000000, 1)
-	b := startBuyers(t, "http://"+g.public, "alarm", 16, -1, 2*time.Millisecond)
-	b.waitAccepted(500, time.Minute)
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"alarm"}, Workers: 16, Users: -1, Pause: 2 * time.Millisecond})
+	b.WaitAccepted(500, time.Minute)
 
 	memoryAlarm(t, true)
 	// Blocked: what is accepted stays in the outbox.
 	ctx := context.Background()
-	at := b.n202.Load()
+	at := b.N202()
 	localstack.WaitFor(t, 2*time.Minute, "1,000 buys accepted and kept in the outbox while RabbitMQ blocks publishers", func() bool {
 		q, _ := s.rdb.HGet(ctx, s.keys.Meta("alarm"), "outq").Int64() // orders in the outbox
-		return b.n202.Load() >= at+1000 && q >= 1000
+		return b.N202() >= at+1000 && q >= 1000
 	})
-	t.Logf("%d buys accepted during the alarm, outbox %d entries of %s orders", b.n202.Load()-at,
+	t.Logf("%d buys accepted during the alarm, outbox %d entries of %s orders", b.N202()-at,
 		s.rdb.XLen(ctx, s.keys.Outbox("alarm")).Val(), s.rdb.HGet(ctx, s.keys.Meta("alarm"), "outq").Val())
 
 	sent := time.Now()
@@ -52,8 +53,8 @@ func TestRabbitMQMemoryAlarm(t *testing.T) {
 			t.Log(line)
 		}
 	}
-	b.stop()
-	accepted := b.check()
+	b.Stop()
+	accepted := b.Check()["alarm"]
 
 	memoryAlarm(t, false)
 	s.startGateway(g)

@@ -4,20 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/flashgate/flashgate/internal/localstack"
+	"github.com/flashgate/flashgate/bench/crowdtest"
+	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/orderdb/salerows"
 	"github.com/flashgate/flashgate/relay"
 	"github.com/flashgate/flashgate/retry"
 )
@@ -44,9 +43,9 @@ func TestBucketsPipelineBurst(t *testing.T) {
 	const sale, stock = "bburst", 3000
 	lanes := s.createBucketSale(g, sale, stock)
 
-	b := startBuyers(t, "http://"+g.public, sale, 64, 4000, 0)
-	b.wait()
-	accepted := b.check()
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{sale}, Workers: 64, Users: 4000})
+	b.Wait()
+	accepted := b.Check()[sale]
 	if len(accepted) != stock {
 		t.Fatalf("%d buys accepted, want %d (the stock)", len(accepted), stock)
 	}
@@ -90,22 +89,25 @@ func TestBucketsGatewayKill9(t *testing.T) {
 
 	// Paced, so that the sale sells for seconds: the kill must find relay A
 	// at work with much of the burst still to come.
-	c := startFailoverBuyers(t, []*gatewayProc{ga, gb}, sale, users, 32, 100*time.Millisecond)
-	c.waitAccepted(stock/5, time.Minute)
+	// Buyer u sends its one buy to gateway u%2 first, and on no answer
+	// (none, 503, 429) to the other with the same key.
+	c := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + ga.public, "http://" + gb.public}, Sales: []string{sale},
+		Users: users, Workers: 32, Pause: 100 * time.Millisecond, Again: crowdtest.Retry503or429, Final: []string{"sold_out"}})
+	c.WaitAccepted(stock/5, time.Minute)
 	held, left := killHolding(t, s, ga, lanes, c, stock/2, stock*9/10)
-	at := c.n202.Load()
+	at := c.N202()
 	t.Logf("gateway A killed after %d buys accepted, its relay holding %d outbox entries, its moves half done %v",
 		at, held, left)
 
-	c.wait()
-	accepted := c.check()
-	if c.n202.Load() == at {
+	c.Wait()
+	accepted := c.Check()[sale]
+	if c.N202() == at {
 		t.Fatal("no buy accepted after the kill: the burst was over before it")
 	}
-	if c.failovers.Load() == 0 {
+	if c.Failovers() == 0 {
 		t.Fatal("no buy sent to gateway A was answered by gateway B")
 	}
-	for i, n := range c.servedBy() {
+	for i, n := range c.ServedBy() {
 		if n == 0 {
 			t.Fatalf("gateway %d accepted no buy", i)
 		}
@@ -265,20 +267,15 @@ func (s *stack) checkBucketRows(sale string, lanes []string, accepted map[string
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, sale_id, user_id, quantity FROM orders`)
+	rows, err := salerows.ReadAll(ctx, s.db)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer rows.Close()
 	seen := map[string]bool{}
 	perBucket := make([]int, len(lanes))
 	var units int64
-	for rows.Next() {
-		var id, saleID, user string
-		var q int64
-		if err := rows.Scan(&id, &saleID, &user, &q); err != nil {
-			s.t.Fatal(err)
-		}
+	for _, r := range rows {
+		id, saleID, user, q := r.OrderID, r.SaleID, r.UserID, r.Quantity
 		if seen[id] {
 			s.t.Fatalf("order %s twice in MySQL", id)
 		}
@@ -302,9 +299,6 @@ func (s *stack) checkBucketRows(sale string, lanes []string, accepted map[string
 		perBucket[b]++
 		units += q
 	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
 	for id := range accepted {
 		if !seen[id] {
 			s.t.Fatalf("order %s was accepted (202) but is not in MySQL", id)
@@ -315,8 +309,8 @@ func (s *stack) checkBucketRows(sale string, lanes []string, accepted map[string
 			s.t.Fatalf("bucket %d sold nothing: %v orders per bucket", b, perBucket)
 		}
 	}
-	var lu, lo int64
-	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo); err != nil {
+	lu, lo, err := orderdb.Ledger(ctx, s.db, sale)
+	if err != nil {
 		s.t.Fatal(err)
 	}
 	if lu != units || lo != int64(len(seen)) {
@@ -417,7 +411,7 @@ func (s *stack) checkStockConserved(sale string, lanes []string, stock int64) {
 // to finish; after that, entries are enough. It returns the entries held
 // and the move records left. It fails the test when no such
 // moment comes within a minute, or before last buys are accepted.
-func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *failoverBuyers, half, last int64) (int64, map[string]string) {
+func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *crowdtest.Crowd, half, last int64) (int64, map[string]string) {
 	t.Helper()
 	host, err := os.Hostname()
 	if err != nil {
@@ -428,8 +422,8 @@ func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *fail
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Minute)
 	for looks := 1; ; looks++ {
-		if c.n202.Load() >= last || time.Now().After(deadline) {
-			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.n202.Load())
+		if c.N202() >= last || time.Now().After(deadline) {
+			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.N202())
 		}
 		g.signal(t, syscall.SIGSTOP)
 		before := s.moves(lanes)
@@ -455,7 +449,7 @@ func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *fail
 				left[id] = rec
 			}
 		}
-		if held > 0 && (len(left) > 0 || c.n202.Load() >= half) {
+		if held > 0 && (len(left) > 0 || c.N202() >= half) {
 			g.kill9(t)
 			t.Logf("gateway A seen holding entries at look %d, %d moves half done", looks, len(left))
 			return held, left
@@ -463,137 +457,4 @@ func killHolding(t *testing.T, s *stack, g *gatewayProc, lanes []string, c *fail
 		g.signal(t, syscall.SIGCONT)
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// failoverBuyers is a crowd of buyers of one sale in front of several
-// gateways: user u sends its one buy (one unit) to gateway u%len first,
-// and a buy that gets no answer (no reply, 503, 429) goes to the next
-// gateway with the same Idempotency-Key, as behind a load balancer.
-type failoverBuyers struct {
-	t        *testing.T
-	mu       sync.Mutex
-	accepted map[string]string // order id → user
-	codes    map[int]int
-	bad      []string
-
-	n202      atomic.Int64
-	failovers atomic.Int64   // buys answered by another gateway than their first
-	served    []atomic.Int64 // 202s per gateway
-	wg        sync.WaitGroup
-}
-
-// startFailoverBuyers starts workers buyers per gateway over users users,
-// each pausing pause after its buy, and returns at once. The buyers give up
-// after three minutes, and that fails the test.
-func startFailoverBuyers(t *testing.T, gs []*gatewayProc, sale string, users, workers int, pause time.Duration) *failoverBuyers {
-	tr := &http.Transport{MaxIdleConnsPerHost: 2 * workers}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
-	c := &failoverBuyers{t: t, accepted: map[string]string{}, codes: map[int]int{}, served: make([]atomic.Int64, len(gs))}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	bases := make([]string, len(gs))
-	queues := make([]chan int, len(gs))
-	for i, g := range gs {
-		bases[i] = "http://" + g.public
-		queues[i] = make(chan int, users)
-	}
-	for u := range users {
-		queues[u%len(gs)] <- u
-	}
-	for first, q := range queues {
-		close(q)
-		for range workers {
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				for u := range q {
-					user := "u" + strconv.Itoa(u)
-					for attempt := 0; ; attempt++ {
-						from := (first + attempt) % len(bases)
-						code, id, body, err := buyOnce(client, bases[from], sale, user)
-						if err == nil && code != 503 && code != 429 {
-							if from != first {
-								c.failovers.Add(1)
-							}
-							if c.record(code, id, user, body) {
-								c.served[from].Add(1)
-							}
-							break
-						}
-						select {
-						case <-ctx.Done():
-							c.fail("buyer deadline passed")
-							return
-						case <-time.After(20 * time.Millisecond):
-						}
-					}
-					time.Sleep(pause)
-				}
-			}()
-		}
-	}
-	go func() { c.wg.Wait(); cancel() }()
-	t.Cleanup(func() {
-		cancel()
-		c.wg.Wait()
-		tr.CloseIdleConnections()
-	})
-	return c
-}
-
-// record notes an answer; true for a 202.
-func (c *failoverBuyers) record(code int, id, user, body string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.codes[code]++
-	switch {
-	case code == 202 && id != "":
-		if prev, ok := c.accepted[id]; ok && prev != user {
-			c.bad = append(c.bad, "order id "+id+" given to two users")
-		}
-		c.accepted[id] = user
-		c.n202.Add(1)
-		return true
-	case code == 410 && strings.Contains(body, `"sold_out"`):
-	default:
-		c.bad = append(c.bad, fmt.Sprintf("%s: %d %s", user, code, body))
-	}
-	return false
-}
-
-func (c *failoverBuyers) fail(msg string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bad = append(c.bad, msg)
-}
-
-// waitAccepted waits until n buys have been accepted in all.
-func (c *failoverBuyers) waitAccepted(n int, timeout time.Duration) {
-	c.t.Helper()
-	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
-}
-
-// wait waits for the buyers to run out of users.
-func (c *failoverBuyers) wait() { c.wg.Wait() }
-
-// check fails the test on any answer a buyer should never get, and
-// returns the accepted orders, order id → user.
-func (c *failoverBuyers) check() map[string]string {
-	c.t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.bad) > 0 {
-		c.t.Fatalf("%d unexpected answers, first ones: %q", len(c.bad), c.bad[:min(len(c.bad), 10)])
-	}
-	c.t.Logf("answers %v; %d buys answered by another gateway than their first; 202s per gateway %v",
-		c.codes, c.failovers.Load(), c.servedBy())
-	return maps.Clone(c.accepted)
-}
-
-// servedBy returns the 202s each gateway gave.
-func (c *failoverBuyers) servedBy() []int64 {
-	out := make([]int64, len(c.served))
-	for i := range c.served {
-		out[i] = c.served[i].Load()
-	}
-	return out
 }

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -57,9 +58,9 @@ func TestDashboardAndAlertsOnLiveSeries(t *testing.T) {
 
 	s.createSale(g, "dash", 200, 1)
 	pollRoom(t, g, "dashroom")
-	b := startBuyers(t, "http://"+g.public, "dash", 16, 300, 0)
-	b.wait()
-	if accepted := b.check(); len(accepted) != 200 {
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"dash"}, Workers: 16, Users: 300})
+	b.Wait()
+	if accepted := b.Check()["dash"]; len(accepted) != 200 {
 		t.Fatalf("%d accepted, want 200", len(accepted))
 	}
 	s.waitDrained("dash", 2*time.Minute)

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -54,7 +53,7 @@ func TestHAClusterPromotionRoomAndPayments(t *testing.T) {
 	s.windowSale(g1, paying, 100000, 1, 2)
 	t.Logf("victim %s serves %s (room) and %s (payment window 2 s)", victim, room, paying)
 
-	crowd := startRoomCrowd(t, gs, room, start, rate, newRoomBuyers(n))
+	crowd := startRoomCrowd(t, gs, room, start, rate, crowdtest.NewRoomBuyers(n))
 	payers := startPayers(t, gs, paying, 8)
 
 	time.Sleep(3 * time.Second)
@@ -67,13 +66,11 @@ func TestHAClusterPromotionRoomAndPayments(t *testing.T) {
 	t.Logf("promoted %v after the kill", time.Since(killedAt).Round(time.Millisecond))
 	h.StartRedis(t, victim) // the new primary's replica: replicated mode waits for one
 
-	crowd.wg.Wait()
+	crowd.Wait()
 	time.Sleep(3 * time.Second) // payments on after the room is done
 	payers.stop()
-	crowd.check()
-	crowd.mu.Lock()
-	accepted := maps.Clone(crowd.accepted)
-	crowd.mu.Unlock()
+	crowd.Check()
+	accepted := crowd.Accepted(room)
 	if len(accepted) != stock {
 		t.Errorf("%d buys of the room's sale accepted, want %d (the stock)", len(accepted), stock)
 	}
@@ -129,7 +126,7 @@ func startPayers(t *testing.T, gs []*gatewayProc, sale string, workers int) *pay
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			for i := 0; ctx.Err() == nil; i++ {
 				g := gs[rng.IntN(len(gs))]
-				code, id, _, err := buyOnce(c, "http://"+g.public, sale, fmt.Sprintf("p%d-%d", w, i))
+				code, id, _, err := crowdtest.Buy(c, "http://"+g.public, sale, fmt.Sprintf("p%d-%d", w, i))
 				if err != nil || code != 202 {
 					time.Sleep(20 * time.Millisecond)
 					continue
@@ -174,24 +171,9 @@ func (p *payers) stop() { p.cancel(); p.wg.Wait() }
 // orderStates reads MySQL's state of every order of sale.
 func (s *stack) orderStates(sale string) map[string]string {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, state FROM orders WHERE sale_id = ?`, sale)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
 	out := map[string]string{}
-	for rows.Next() {
-		var id string
-		var st sql.NullString
-		if err := rows.Scan(&id, &st); err != nil {
-			s.t.Fatal(err)
-		}
-		out[id] = st.String
-	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
+	for _, r := range s.orders(sale) {
+		out[r.OrderID] = r.State
 	}
 	return out
 }

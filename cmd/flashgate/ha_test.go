@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -75,7 +76,7 @@ func (c *haCrowd) buy(hc *http.Client, gws []*gatewayProc, rng *rand.Rand, sale,
 	// sell for a moment does not hold every worker.
 	for giveUp := time.Now().Add(time.Second); c.ctx.Err() == nil && time.Now().Before(giveUp); {
 		g := gws[rng.IntN(len(gws))]
-		code, id, body, err := buyOnce(hc, "http://"+g.public, sale, user)
+		code, id, body, err := crowdtest.Buy(hc, "http://"+g.public, sale, user)
 		now := time.Now()
 		if err != nil {
 			if c.ctx.Err() == nil {
@@ -143,32 +144,6 @@ func (c *haCrowd) acceptedAfter(sales []string, t time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
-}
-
-// ledger reads MySQL's orders of sale: order id → user, and units per user.
-func (s *stack) ledger(sale string) (byID map[string]string, units map[string]int) {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, user_id, quantity FROM orders WHERE sale_id = ?`, sale)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
-	byID, units = map[string]string{}, map[string]int{}
-	for rows.Next() {
-		var id, user string
-		var q int
-		if err := rows.Scan(&id, &user, &q); err != nil {
-			s.t.Fatal(err)
-		}
-		byID[id] = user
-		units[user] += q
-	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	return byID, units
 }
 
 // haFailover is one failover run's settings.
@@ -279,7 +254,7 @@ func runHAFailover(t *testing.T, o haFailover) {
 		}
 		if op == "lock" {
 			for _, g := range []*gatewayProc{g1, g2} {
-				if code, _, body, err := buyOnce(c, "http://"+g.public, victims[0], "lock-probe-"+g.public); err != nil || code != 423 {
+				if code, _, body, err := crowdtest.Buy(c, "http://"+g.public, victims[0], "lock-probe-"+g.public); err != nil || code != 423 {
 					t.Errorf("buy on %s after the lock: %d %s %v", g.public, code, body, err)
 				}
 			}
@@ -287,7 +262,7 @@ func runHAFailover(t *testing.T, o haFailover) {
 	}
 	localstack.WaitFor(t, 10*time.Second, "both gateways forget the lock (the unlock's announcement)", func() bool {
 		for _, g := range []*gatewayProc{g1, g2} {
-			code, _, _, err := buyOnce(c, "http://"+g.public, victims[0], "unlock-probe-"+localstack.RandomHex(4))
+			code, _, _, err := crowdtest.Buy(c, "http://"+g.public, victims[0], "unlock-probe-"+localstack.RandomHex(4))
 			if err != nil || code == 423 {
 				return false
 			}
@@ -307,7 +282,7 @@ func runHAFailover(t *testing.T, o haFailover) {
 	// The ledger.
 	lost, accepted, inLag := 0, 0, 0
 	for _, sale := range sales {
-		byID, units := s.ledger(sale)
+		byID, units := s.owners(sale)
 		for user, u := range units {
 			if u > limit {
 				t.Errorf("sale %s: user %s holds %d units in MySQL, limit %d", sale, user, u, limit)
@@ -350,7 +325,7 @@ func runHAFailover(t *testing.T, o haFailover) {
 		t.Errorf("replicated mode answered %d buys 202 while the replica was stopped", inLag)
 	}
 	for _, sale := range sales {
-		byID, _ := s.ledger(sale)
+		byID, _ := s.owners(sale)
 		keys := map[string]int{}
 		for _, user := range byID {
 			keys[user]++ // one key per buyer (buyOnce's "k-"+user): two rows of a buyer are two orders of a key

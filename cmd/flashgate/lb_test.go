@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -214,146 +214,15 @@ func (a *accessLog) answeredBy(addr string, since time.Time) int {
 	return n
 }
 
-// lbBuyers buy through nginx, each user once, with an Idempotency-Key of
-// its own; a buy that gets no answer or a 5xx is sent again with the same
-// key (every 20ms) until it gets a 2xx or 4xx. It counts what buyers see.
-type lbBuyers struct {
-	t        *testing.T
-	mu       sync.Mutex
-	accepted map[string]string // order id → user
-	byUser   map[string]string // user → order id
-	final    map[int]int       // the answer each buy ended with
-	seen     map[int]int       // every answer, retried ones included
-	bad      []string
-	buys     atomic.Int64 // buys that ended (with any answer)
-	failed   atomic.Int64 // buys that never got a 2xx/4xx
-	errs     atomic.Int64 // attempts without an answer
-	n202     atomic.Int64
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-}
-
 // startLBBuyers runs workers buyers on sale through base, users in all at
-// most, each pausing pause between buys; they stop at stop or when out of
-// users, and give up after two minutes.
-func startLBBuyers(t *testing.T, base, sale string, workers, users int, pause time.Duration) *lbBuyers {
-	b := &lbBuyers{t: t, accepted: map[string]string{}, byUser: map[string]string{}, final: map[int]int{}, seen: map[int]int{}}
-	b.ctx, b.cancel = context.WithTimeout(context.Background(), 2*time.Minute)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
-	var next atomic.Int64
-	for range workers {
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			for b.ctx.Err() == nil {
-				n := next.Add(1)
-				if n > int64(users) {
-					return
-				}
-				b.buy(client, base, sale, fmt.Sprintf("lb%d", n))
-				time.Sleep(pause)
-			}
-		}()
-	}
-	t.Cleanup(func() { b.stop(); client.CloseIdleConnections() })
-	return b
-}
-
-// buy sends one user's buy until it has an answer. Once started it is not
-// abandoned when the buyers stop (only at their two-minute deadline), so
-// that no reservation is left with an unknown outcome.
-func (b *lbBuyers) buy(c *http.Client, base, sale, user string) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		code, id, body, err := buyOnce(c, base, sale, user)
-		b.mu.Lock()
-		if err != nil {
-			b.errs.Add(1)
-		} else {
-			b.seen[code]++
-		}
-		b.mu.Unlock()
-		if err == nil && code < 500 {
-			b.record(code, id, user, body)
-			return
-		}
-		if time.Now().After(deadline) {
-			b.failed.Add(1)
-			b.buys.Add(1)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (b *lbBuyers) record(code int, id, user, body string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buys.Add(1)
-	b.final[code]++
-	switch code {
-	case 202:
-		if id == "" {
-			b.bad = append(b.bad, "202 without order id: "+body)
-			return
-		}
-		if prev, ok := b.byUser[user]; ok && prev != id {
-			b.bad = append(b.bad, fmt.Sprintf("user %s (one Idempotency-Key) has two orders %s and %s", user, prev, id))
-		}
-		if prev, ok := b.accepted[id]; ok && prev != user {
-			b.bad = append(b.bad, "order id "+id+" given to two users")
-		}
-		b.accepted[id] = user
-		b.byUser[user] = id
-		b.n202.Add(1)
-	case 410, 409, 429:
-	default:
-		b.bad = append(b.bad, fmt.Sprintf("%d %s", code, body))
-	}
-}
-
-func (b *lbBuyers) stop() { b.cancel(); b.wg.Wait() }
-
-func (b *lbBuyers) waitAccepted(n int64, timeout time.Duration) {
-	b.t.Helper()
-	localstack.WaitFor(b.t, timeout, fmt.Sprintf("%d buys accepted through nginx", n), func() bool { return b.n202.Load() >= n })
-}
-
-// check fails the test on an answer no buyer should get and on a buy that
-// never got one, logs the counts, and returns the accepted orders.
-func (b *lbBuyers) check() map[string]string {
-	b.t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var fivexx int
-	for code, n := range b.seen {
-		if code >= 500 {
-			fivexx += n
-		}
-	}
-	b.t.Logf("buys %d, 202s %d, failed %d; final answers %v; every answer %v: %d 5xx, %d attempts without an answer",
-		b.buys.Load(), b.n202.Load(), b.failed.Load(), b.final, b.seen, fivexx, b.errs.Load())
-	if len(b.bad) > 0 {
-		b.t.Fatalf("%d unexpected answers, first ones: %q", len(b.bad), b.bad[:min(len(b.bad), 10)])
-	}
-	if f := b.failed.Load(); f > 0 {
-		b.t.Fatalf("%d buys never got an answer, retried with the same key for two minutes", f)
-	}
-	return b.accepted
-}
-
-// fiveXX returns how many answers of 500 or more the buyers saw.
-func (b *lbBuyers) fiveXX() map[int]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := map[int]int{}
-	for code, n := range b.seen {
-		if code >= 500 {
-			out[code] = n
-		}
-	}
-	return out
+// most, each buying once with an Idempotency-Key of its own and pausing
+// pause after; a buy that gets no answer or a 5xx is sent again with the
+// same key (every 20ms) until it gets a 2xx or 4xx, and one begun is not
+// abandoned when the buyers stop, so that no reservation is left with an
+// unknown outcome. They give up after two minutes, which fails the test.
+func startLBBuyers(t *testing.T, base, sale string, workers, users int, pause time.Duration) *crowdtest.Crowd {
+	return crowdtest.Start(t, crowdtest.Options{Bases: []string{base}, Sales: []string{sale}, Users: users, Prefix: "lb",
+		Workers: workers, Pause: pause, Again: crowdtest.Retry5xx, Finish: true, Deadline: 2 * time.Minute, Timeout: 10 * time.Second})
 }
 
 // lbStack is the stack with two gateways behind nginx and one consumer.
@@ -383,9 +252,9 @@ func lbStack(t *testing.T, sale string) (*stack, [2]*gatewayProc, *nginxProc) {
 func TestLBRollingRestart(t *testing.T) {
 	s, gs, n := lbStack(t, "roll")
 	b := startLBBuyers(t, n.base, "roll", 16, 12000, 40*time.Millisecond)
-	b.waitAccepted(500, time.Minute)
+	b.WaitAccepted(500, time.Minute)
 	for i, g := range gs {
-		before := b.n202.Load()
+		before := b.N202()
 		start := time.Now()
 		g.signal(t, syscall.SIGTERM)
 		if code := g.waitExit(t, 30*time.Second); code != 0 {
@@ -404,16 +273,15 @@ func TestLBRollingRestart(t *testing.T) {
 			return n.log.answeredBy(g.public, start.Add(ready)) > 0
 		})
 		t.Logf("gateway %d: exited %v after SIGTERM, ready %v, back in nginx's rotation %v after SIGTERM; %d buys accepted meanwhile, 5xx so far %v",
-			i+1, exited.Round(time.Millisecond), ready.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), b.n202.Load()-before, b.fiveXX())
-		b.waitAccepted(b.n202.Load()+300, time.Minute)
+			i+1, exited.Round(time.Millisecond), ready.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), b.N202()-before, b.FiveXX())
+		b.WaitAccepted(b.N202()+300, time.Minute)
 	}
-	b.stop()
-	accepted := b.check()
+	b.Stop()
+	accepted := b.Check()["roll"]
 	s.waitDrained("roll", 2*time.Minute)
 	s.checkExactlyOnce("roll", accepted)
 	rows, _ := s.count("roll")
-	t.Logf("rolling restart: %d buys, %d 202s, %d failed, 5xx %v, %d MySQL rows",
-		b.buys.Load(), len(accepted), b.failed.Load(), b.fiveXX(), rows)
+	t.Logf("rolling restart: %d 202s, 5xx %v, %d MySQL rows", len(accepted), b.FiveXX(), rows)
 	s.checkNoDrift("roll")
 }
 
@@ -425,19 +293,19 @@ func TestLBRollingRestart(t *testing.T) {
 func TestLBKill9(t *testing.T) {
 	s, gs, n := lbStack(t, "crash")
 	b := startLBBuyers(t, n.base, "crash", 32, 50000, 5*time.Millisecond)
-	b.waitAccepted(1000, time.Minute)
+	b.WaitAccepted(1000, time.Minute)
 	dead := gs[0].public
 	killed := time.Now()
 	gs[0].kill9(t)
-	b.waitAccepted(b.n202.Load()+1000, time.Minute) // through the other one
+	b.WaitAccepted(b.N202()+1000, time.Minute) // through the other one
 	// Until nginx has taken the dead one on trial again, once its
 	// fail_timeout (5s) has passed.
 	localstack.WaitFor(t, time.Minute, "nginx tries the dead gateway again after fail_timeout", func() bool {
 		tries, _ := n.log.triedSince(dead, killed)
 		return len(tries) > 0 && tries[len(tries)-1] >= 4*time.Second
 	})
-	b.stop()
-	accepted := b.check()
+	b.Stop()
+	accepted := b.Check()["crash"]
 
 	tries, total := n.log.triedSince(dead, killed)
 	after := len(tries)
@@ -456,8 +324,7 @@ func TestLBKill9(t *testing.T) {
 	s.waitDrained("crash", 2*time.Minute)
 	s.checkExactlyOnce("crash", accepted)
 	rows, _ := s.count("crash")
-	t.Logf("kill -9: %d buys, %d 202s, %d failed, 5xx %v, %d MySQL rows",
-		b.buys.Load(), len(accepted), b.failed.Load(), b.fiveXX(), rows)
+	t.Logf("kill -9: %d 202s, 5xx %v, %d MySQL rows", len(accepted), b.FiveXX(), rows)
 	s.checkNoDrift("crash")
 }
 
@@ -504,7 +371,7 @@ func TestLBPerIPCapSeesNginx(t *testing.T) {
 				c := &http.Client{Timeout: 10 * time.Second} // a connection of its own
 				defer c.CloseIdleConnections()
 				<-start
-				code, _, body, err := buyOnce(c, n.base, "perip", fmt.Sprintf("p%d", user.Add(1)))
+				code, _, body, err := crowdtest.Buy(c, n.base, "perip", fmt.Sprintf("p%d", user.Add(1)))
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -542,7 +409,7 @@ func TestLBKeepAlive(t *testing.T) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	defer c.CloseIdleConnections()
 	for i := range 200 {
-		code, _, body, err := buyOnce(c, n.base, "keep", fmt.Sprintf("k%d", i))
+		code, _, body, err := crowdtest.Buy(c, n.base, "keep", fmt.Sprintf("k%d", i))
 		if err != nil || code != 202 {
 			t.Fatalf("buy %d through nginx: %d %s %v", i, code, body, err)
 		}

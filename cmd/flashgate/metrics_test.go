@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/retry"
 )
 
@@ -48,9 +49,9 @@ func TestPipelineMetrics(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	s.start("consumer-metrics", []string{"FLASHGATE_CONSUMER_METRICS_ADDR=" + metricsAddr}, "consumer")
 	s.createSale(g, "mx", 200, 1)
-	b := startBuyers(t, "http://"+g.public, "mx", 16, 300, 0)
-	b.wait()
-	if accepted := b.check(); len(accepted) != 200 {
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"mx"}, Workers: 16, Users: 300})
+	b.Wait()
+	if accepted := b.Check()["mx"]; len(accepted) != 200 {
 		t.Fatalf("%d accepted, want 200", len(accepted))
 	}
 	// The relay shows a sale's outbox while it holds entries and for 10 s

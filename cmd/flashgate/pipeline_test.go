@@ -2,23 +2,19 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
 	"github.com/flashgate/flashgate/reconcile"
 	"github.com/flashgate/flashgate/relay"
-	"github.com/flashgate/flashgate/retry"
 )
 
 // The whole path, gateway (with its relay) to MySQL, under a crowd, with
@@ -35,9 +31,9 @@ func TestPipelineBurst(t *testing.T) {
 	s.startConsumers(2)
 	s.createSale(g, "burst", 5000, 1)
 
-	b := startBuyers(t, "http://"+g.public, "burst", 64, 6000, 0)
-	b.wait()
-	accepted := b.check()
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"burst"}, Workers: 64, Users: 6000})
+	b.Wait()
+	accepted := b.Check()["burst"]
 	if len(accepted) != 5000 {
 		t.Fatalf("%d buys accepted, want 5000 (the stock)", len(accepted))
 	}
@@ -70,14 +66,14 @@ func TestPipelineGatewayKill9(t *testing.T) {
 	s.startConsumers(2)
 	s.createSale(g, "crash", 1000000, 1)
 
-	b := startBuyers(t, "http://"+g.public, "crash", 32, -1, time.Millisecond)
-	b.waitAccepted(2000, time.Minute)
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"crash"}, Workers: 32, Users: -1, Pause: time.Millisecond})
+	b.WaitAccepted(2000, time.Minute)
 	g.kill9(t)
-	before := b.n202.Load()
+	before := b.N202()
 	s.startGateway(g) // same ports
-	b.waitAccepted(before+2000, time.Minute)
-	b.stop()
-	accepted := b.check()
+	b.WaitAccepted(before+2000, time.Minute)
+	b.Stop()
+	accepted := b.Check()["crash"]
 
 	s.waitDrained("crash", 2*time.Minute)
 	s.checkExactlyOnce("crash", accepted)
@@ -107,12 +103,15 @@ func TestPipelineManySales(t *testing.T) {
 	}
 	s.logSpread(names)
 
-	c := startManyCrowd(t, "http://"+g.public, names, 48)
-	c.waitAccepted(sales*stock/3, time.Minute)
+	// Each buy a new buyer on the next sale in turn, skipping the sold-out
+	// ones, until every sale has answered sold_out.
+	c := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: names, SkipSoldOut: true,
+		Users: -1, Prefix: "c", Workers: 48, Final: []string{"sold_out", "rate_limited"}})
+	c.WaitAccepted(sales*stock/3, time.Minute)
 	g.kill9(t)
 	s.startGateway(g)
-	c.wait()
-	accepted := c.check()
+	c.Wait()
+	accepted := c.Check()
 	for _, sale := range names {
 		if len(accepted[sale]) != stock {
 			t.Fatalf("sale %s: %d buys accepted, want %d (the stock)", sale, len(accepted[sale]), stock)
@@ -162,125 +161,6 @@ func (s *stack) logSpread(sales []string) {
 	s.t.Logf("outboxes per primary: %v", per)
 }
 
-// manyCrowd buys from many sales at once until every one has answered
-// sold_out: each buy is a new user on the next sale in turn (skipping the
-// sold-out ones), sent again with the same Idempotency-Key while it gets no
-// answer or a 503, as buyers does. It gives up after three minutes, which
-// fails the test.
-type manyCrowd struct {
-	t        *testing.T
-	mu       sync.Mutex
-	accepted map[string]map[string]string // sale → order id → user
-	soldOut  map[string]bool
-	codes    map[int]int
-	bad      []string
-	n202     atomic.Int64
-	wg       sync.WaitGroup
-	cancel   context.CancelFunc
-}
-
-func startManyCrowd(t *testing.T, base string, sales []string, workers int) *manyCrowd {
-	c := &manyCrowd{t: t, accepted: map[string]map[string]string{}, soldOut: map[string]bool{}, codes: map[int]int{}}
-	for _, sale := range sales {
-		c.accepted[sale] = map[string]string{}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	c.cancel = cancel
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
-	again := retry.Backoff{Min: 20 * time.Millisecond, Max: 20 * time.Millisecond}
-	var next atomic.Int64
-	for range workers {
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			for ctx.Err() == nil {
-				n := next.Add(1)
-				sale, open := c.pick(sales, int(n))
-				if !open {
-					return
-				}
-				user := fmt.Sprintf("c%d", n)
-				err := retry.Until(ctx, again, func(context.Context) error {
-					code, id, body, err := buyOnce(client, base, sale, user)
-					if err != nil || code == 503 {
-						return errNoAnswer
-					}
-					c.record(sale, user, code, id, body)
-					return nil
-				}, nil)
-				if err != nil {
-					c.fail("manyCrowd deadline passed")
-					return
-				}
-			}
-		}()
-	}
-	t.Cleanup(func() { cancel(); c.wg.Wait(); client.CloseIdleConnections() })
-	return c
-}
-
-// pick returns the first sale from the n-th in turn that is not sold out.
-func (c *manyCrowd) pick(sales []string, n int) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range sales {
-		if sale := sales[(n+i)%len(sales)]; !c.soldOut[sale] {
-			return sale, true
-		}
-	}
-	return "", false
-}
-
-func (c *manyCrowd) record(sale, user string, code int, id, body string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.codes[code]++
-	switch code {
-	case 202:
-		if id == "" {
-			c.bad = append(c.bad, "202 without order id: "+body)
-			return
-		}
-		if _, dup := c.accepted[sale][id]; dup {
-			c.bad = append(c.bad, "order id "+id+" accepted twice")
-		}
-		c.accepted[sale][id] = user
-		c.n202.Add(1)
-	case 410:
-		c.soldOut[sale] = true
-	case 429: // shed: this user goes without
-	default:
-		c.bad = append(c.bad, sale+": "+strconv.Itoa(code)+" "+body)
-	}
-}
-
-func (c *manyCrowd) fail(msg string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bad = append(c.bad, msg)
-}
-
-func (c *manyCrowd) waitAccepted(n int64, timeout time.Duration) {
-	c.t.Helper()
-	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= n })
-}
-
-// wait waits until every sale is sold out (or the manyCrowd gave up).
-func (c *manyCrowd) wait() { c.wg.Wait(); c.cancel() }
-
-// check fails the test on any answer no buyer should get and returns the
-// accepted orders of each sale.
-func (c *manyCrowd) check() map[string]map[string]string {
-	c.t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.bad) > 0 {
-		c.t.Fatalf("%d unexpected answers, first ones: %q", len(c.bad), c.bad[:min(len(c.bad), 10)])
-	}
-	c.t.Logf("answers %v", c.codes)
-	return c.accepted
-}
-
 // TestPipelineRabbitMQOutage guards invariant 6: "a restart of RabbitMQ
 // ... loses no confirmed order and duplicates none". RabbitMQ is stopped
 // in the middle of a burst, until the relay has failed to reach it twice
@@ -292,23 +172,23 @@ func TestPipelineRabbitMQOutage(t *testing.T) {
 	s.startConsumers(2)
 	s.createSale(g, "outage", 1000000, 1)
 
-	b := startBuyers(t, "http://"+g.public, "outage", 16, -1, 2*time.Millisecond)
-	b.waitAccepted(1000, time.Minute)
+	b := crowdtest.Start(t, crowdtest.Options{Bases: []string{"http://" + g.public}, Sales: []string{"outage"}, Workers: 16, Users: -1, Pause: 2 * time.Millisecond})
+	b.WaitAccepted(1000, time.Minute)
 	metrics := "http://" + g.admin + "/metrics"
 	errs := scrapeURL(t, metrics)["flashgate_relay_errors_total"]
 	localstack.Control(t, "stop", "rabbitmq")
-	down := b.n202.Load()
+	down := b.N202()
 	// The outage lasts until the relay has failed to reach RabbitMQ twice
 	// more and 1,000 more buys were accepted meanwhile.
 	localstack.WaitFor(t, time.Minute, "the relay disconnected, 2 more relay errors, 1,000 buys accepted during the outage", func() bool {
 		m := scrapeURL(t, metrics)
-		return m["flashgate_relay_connected"] == 0 && m["flashgate_relay_errors_total"] >= errs+2 && b.n202.Load() >= down+1000
+		return m["flashgate_relay_connected"] == 0 && m["flashgate_relay_errors_total"] >= errs+2 && b.N202() >= down+1000
 	})
-	during := b.n202.Load() - down
+	during := b.N202() - down
 	localstack.Control(t, "start", "rabbitmq")
-	b.waitAccepted(b.n202.Load()+1000, time.Minute)
-	b.stop()
-	accepted := b.check() // no 5xx, no unanswered buy
+	b.WaitAccepted(b.N202()+1000, time.Minute)
+	b.Stop()
+	accepted := b.Check()["outage"] // no 5xx, no unanswered buy
 	if during == 0 {
 		t.Fatal("no buy was accepted while RabbitMQ was down")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -45,7 +46,7 @@ func TestReplicatedMode(t *testing.T) {
 		t.Fatalf("create: %d %s %v", code, body, err)
 	}
 	base := "http://" + g.public
-	if code, _, body, err := buyOnce(c, base, "rep", "u1"); err != nil || code != 202 {
+	if code, _, body, err := crowdtest.Buy(c, base, "rep", "u1"); err != nil || code != 202 {
 		t.Fatalf("buy with the replica in sync: %d %s %v", code, body, err)
 	}
 
@@ -58,7 +59,7 @@ func TestReplicatedMode(t *testing.T) {
 			_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
 		}
 	})
-	code, id, body, err := buyOnce(c, base, "rep", "u2")
+	code, id, body, err := crowdtest.Buy(c, base, "rep", "u2")
 	var v struct {
 		Status  string `json:"status"`
 		OrderID string `json:"order_id"`
@@ -70,7 +71,7 @@ func TestReplicatedMode(t *testing.T) {
 	if code, body, err := httpDo(c, "GET", base+"/v1/sales/rep/orders/"+id, ""); err != nil || code != 200 {
 		t.Errorf("status of the unconfirmed order: %d %s %v; want 200 (it exists on the primary)", code, body, err)
 	}
-	if code, again, body, err := buyOnce(c, base, "rep", "u2"); err != nil || code != 503 || again != id {
+	if code, again, body, err := crowdtest.Buy(c, base, "rep", "u2"); err != nil || code != 503 || again != id {
 		t.Errorf("repeat with the key, replica stopped: %d %s %v; want 503 unconfirmed naming %s", code, body, err, id)
 	}
 	if code, body, err := httpDo(c, "GET", base+"/readyz", ""); err != nil || code != 503 {
@@ -82,7 +83,7 @@ func TestReplicatedMode(t *testing.T) {
 	}
 	stopped = false
 	localstack.WaitFor(t, 30*time.Second, "the repeat with the key answered 202", func() bool {
-		code, again, _, err := buyOnce(c, base, "rep", "u2")
+		code, again, _, err := crowdtest.Buy(c, base, "rep", "u2")
 		return err == nil && code == 202 && again == id
 	})
 	localstack.WaitFor(t, 30*time.Second, "/readyz 200", func() bool {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -52,10 +52,10 @@ func roomAdmin(t *testing.T, g *gatewayProc, sale string) roomAdminView {
 }
 
 // joinOnce joins user to sale's room at g and returns the view.
-func joinOnce(t *testing.T, c *http.Client, g *gatewayProc, sale, user string) roomView {
+func joinOnce(t *testing.T, c *http.Client, g *gatewayProc, sale, user string) crowdtest.QueueView {
 	t.Helper()
-	code, raw, err := roomDo(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/queue", `{"user_id":"`+user+`"}`, nil)
-	var v roomView
+	code, raw, err := crowdtest.Do(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/queue", `{"user_id":"`+user+`"}`, nil)
+	var v crowdtest.QueueView
 	if err != nil || code != 200 || json.Unmarshal(raw, &v) != nil || v.Position == nil || v.Ticket == "" {
 		t.Fatalf("join of %s to %s at %s: %d %s %v", user, sale, g.public, code, raw, err)
 	}
@@ -104,28 +104,28 @@ func TestRoomGatewayKill9(t *testing.T) {
 	roomSale(t, gs[1], "elsewhere", `{"stock":10,"waiting_room":"fifo"}`)
 	foreign := joinOnce(t, &http.Client{Timeout: 5 * time.Second}, gs[2], "elsewhere", "x-foreign")
 
-	c := startRoomCrowd(t, gs, sale, start, roomRate, newRoomBuyers(roomBuyers))
-	in := startRoomIntruders(c, roomTicket{"x-foreign", foreign.Ticket})
+	c := startRoomCrowd(t, gs, sale, start, roomRate, crowdtest.NewRoomBuyers(roomBuyers))
+	in := c.StartIntruders(crowdtest.Ticket{User: "x-foreign", Ticket: foreign.Ticket})
 
-	c.waitAccepted(roomStock/4, time.Minute)
+	c.WaitAccepted(roomStock/4, time.Minute)
 	gs[0].kill9(t)
-	at, sentAt := c.n202.Load(), in.sent.Load()
-	t.Logf("gateway 0 killed after %d buys accepted, the largest place seen admitted %d", at, c.maxSeenAdmitted())
+	at, sentAt := c.N202(), in.Sent()
+	t.Logf("gateway 0 killed after %d buys accepted, the largest place seen admitted %d", at, c.MaxSeenAdmitted())
 
-	c.wg.Wait()
-	localstack.WaitFor(t, 10*time.Second, "intruders answered by the living gateways", func() bool { return in.sent.Load() > sentAt+20 })
-	in.stop()
-	c.check()
-	if c.n202.Load() == at {
+	c.Wait()
+	localstack.WaitFor(t, 10*time.Second, "intruders answered by the living gateways", func() bool { return in.Sent() > sentAt+20 })
+	in.Stop()
+	c.Check()
+	if c.N202() == at {
 		t.Fatal("no buy accepted after the kill: admission was over before it")
 	}
-	if c.rejoins.Load() == 0 {
+	if c.Rejoins() == 0 {
 		t.Fatal("no buyer polled past the dead gateway and joined again")
 	}
-	if in.refused.Load() != in.sent.Load() || in.sent.Load() == 0 {
-		t.Fatalf("intruders: %d of %d refused", in.refused.Load(), in.sent.Load())
+	if in.Refused() != in.Sent() || in.Sent() == 0 {
+		t.Fatalf("intruders: %d of %d refused", in.Refused(), in.Sent())
 	}
-	t.Logf("intruders: %d buys, each 403 not_admitted (%d after the kill)", in.sent.Load(), in.sent.Load()-sentAt)
+	t.Logf("intruders: %d buys, each 403 not_admitted (%d after the kill)", in.Sent(), in.Sent()-sentAt)
 
 	live := gs[1]
 	v := roomAdmin(t, live, sale)
@@ -133,9 +133,7 @@ func TestRoomGatewayKill9(t *testing.T) {
 		t.Fatalf("admin view after the crowd: %+v, want %d joined, %d sold", v, roomBuyers, roomStock)
 	}
 	s.waitDrained(sale, 2*time.Minute)
-	c.mu.Lock()
-	accepted := maps.Clone(c.accepted)
-	c.mu.Unlock()
+	accepted := c.Accepted(sale)
 	if len(accepted) != roomStock {
 		t.Fatalf("%d buys accepted, want %d (the stock)", len(accepted), roomStock)
 	}
@@ -143,7 +141,7 @@ func TestRoomGatewayKill9(t *testing.T) {
 	checkRoomOrders(t, s, sale, accepted)
 	s.checkNoDrift(sale)
 
-	roomCheckPrefix(t, gs[1:], c)
+	roomCheckPrefix(t, gs[1:], sale, c)
 }
 
 // TestRoomRedisRestart guards the waiting room across a restart of Redis
@@ -179,12 +177,12 @@ func TestRoomRedisRestart(t *testing.T) {
 	foreign := joinOnce(t, hc, g, "elsewhere", "x-foreign")
 
 	// One after the other: buyer i is at position i+1.
-	buyers := newRoomBuyers(n)
+	buyers := crowdtest.NewRoomBuyers(n)
 	for _, b := range buyers {
-		v := joinOnce(t, hc, g, sale, b.user)
-		b.pos, b.ticket = *v.Position, v.Ticket
-		if b.pos != int64(b.i+1) {
-			t.Fatalf("%s joined %d-th at position %d", b.user, b.i+1, b.pos)
+		v := joinOnce(t, hc, g, sale, b.User)
+		b.Pos, b.Ticket = *v.Position, v.Ticket
+		if b.Pos != int64(b.I+1) {
+			t.Fatalf("%s joined %d-th at position %d", b.User, b.I+1, b.Pos)
 		}
 	}
 	localstack.WaitFor(t, 30*time.Second, fmt.Sprintf("position %d admitted", early), func() bool {
@@ -193,13 +191,13 @@ func TestRoomRedisRestart(t *testing.T) {
 	})
 	firsts := map[string]string{} // user → order id
 	for _, b := range buyers[:early] {
-		code, raw, err := roomDo(hc, "POST", "http://"+g.public+"/v1/sales/"+sale+"/orders", `{"user_id":"`+b.user+`","quantity":1}`,
-			map[string]string{"Flashgate-Ticket": b.ticket, "Idempotency-Key": "k-" + b.user})
-		var a roomAnswer
+		code, raw, err := crowdtest.Do(hc, "POST", "http://"+g.public+"/v1/sales/"+sale+"/orders", `{"user_id":"`+b.User+`","quantity":1}`,
+			map[string]string{"Flashgate-Ticket": b.Ticket, "Idempotency-Key": "k-" + b.User})
+		var a crowdtest.BuyAnswer
 		if err != nil || code != 202 || json.Unmarshal(raw, &a) != nil || a.OrderID == "" {
-			t.Fatalf("buy of %s (position %d, admitted) before the restart: %d %s %v", b.user, b.pos, code, raw, err)
+			t.Fatalf("buy of %s (position %d, admitted) before the restart: %d %s %v", b.User, b.Pos, code, raw, err)
 		}
-		firsts[b.user] = a.OrderID
+		firsts[b.User] = a.OrderID
 	}
 
 	r.restart(t)
@@ -219,13 +217,13 @@ func TestRoomRedisRestart(t *testing.T) {
 	for _, b := range buyers {
 		for _, gw := range gs {
 			code, v, raw := pollTicket(t, hc, gw, sale, b)
-			if code != 200 || v.Position == nil || *v.Position != b.pos || v.UserID != b.user {
-				t.Fatalf("poll of %s (position %d) after the restart at %s: %d %s", b.user, b.pos, gw.public, code, raw)
+			if code != 200 || v.Position == nil || *v.Position != b.Pos || v.UserID != b.User {
+				t.Fatalf("poll of %s (position %d) after the restart at %s: %d %s", b.User, b.Pos, gw.public, code, raw)
 			}
 		}
-		v := joinOnce(t, hc, gs[b.i%2], sale, b.user)
-		if *v.Position != b.pos {
-			t.Fatalf("%s joined again after the restart at position %d, had %d", b.user, *v.Position, b.pos)
+		v := joinOnce(t, hc, gs[b.I%2], sale, b.User)
+		if *v.Position != b.Pos {
+			t.Fatalf("%s joined again after the restart at position %d, had %d", b.User, *v.Position, b.Pos)
 		}
 	}
 	if v := roomAdmin(t, g2, sale); v.Joined != n || v.WaitingRoom != "fifo" || v.Sold != early {
@@ -233,7 +231,7 @@ func TestRoomRedisRestart(t *testing.T) {
 	}
 	for _, gw := range gs {
 		for _, hdr := range []map[string]string{nil, {"Flashgate-Ticket": foreign.Ticket}} {
-			code, raw, err := roomDo(hc, "POST", "http://"+gw.public+"/v1/sales/"+sale+"/orders", `{"user_id":"x-foreign","quantity":1}`, hdr)
+			code, raw, err := crowdtest.Do(hc, "POST", "http://"+gw.public+"/v1/sales/"+sale+"/orders", `{"user_id":"x-foreign","quantity":1}`, hdr)
 			if err != nil || code != 403 || !strings.Contains(string(raw), `"not_admitted"`) {
 				t.Fatalf("buy without a ticket of this sale at %s after the restart: %d %s %v", gw.public, code, raw, err)
 			}
@@ -241,16 +239,14 @@ func TestRoomRedisRestart(t *testing.T) {
 	}
 
 	c := startRoomCrowd(t, gs, sale, start, rate, buyers)
-	in := startRoomIntruders(c, roomTicket{"x-foreign", foreign.Ticket})
-	c.wg.Wait()
-	in.stop()
-	c.check()
-	if in.refused.Load() != in.sent.Load() || in.sent.Load() == 0 {
-		t.Fatalf("intruders: %d of %d refused", in.refused.Load(), in.sent.Load())
+	in := c.StartIntruders(crowdtest.Ticket{User: "x-foreign", Ticket: foreign.Ticket})
+	c.Wait()
+	in.Stop()
+	c.Check()
+	if in.Refused() != in.Sent() || in.Sent() == 0 {
+		t.Fatalf("intruders: %d of %d refused", in.Refused(), in.Sent())
 	}
-	c.mu.Lock()
-	accepted := maps.Clone(c.accepted)
-	c.mu.Unlock()
+	accepted := c.Accepted(sale)
 	for user, id := range firsts {
 		if accepted[id] != user {
 			t.Fatalf("%s's key after the restart did not answer its first order %s", user, id)
@@ -263,29 +259,29 @@ func TestRoomRedisRestart(t *testing.T) {
 	s.checkExactlyOnce(sale, accepted)
 	checkRoomOrders(t, s, sale, accepted)
 	s.checkNoDrift(sale)
-	roomCheckPrefix(t, gs, c)
+	roomCheckPrefix(t, gs, sale, c)
 }
 
 // roomJoinAll joins the users, one after the other, at g and returns them
 // as buyers holding their places.
-func roomJoinAll(t *testing.T, c *http.Client, g *gatewayProc, sale string, users []string) []*roomBuyer {
+func roomJoinAll(t *testing.T, c *http.Client, g *gatewayProc, sale string, users []string) []*crowdtest.RoomBuyer {
 	t.Helper()
-	bs := make([]*roomBuyer, len(users))
+	bs := make([]*crowdtest.RoomBuyer, len(users))
 	for i, u := range users {
 		v := joinOnce(t, c, g, sale, u)
-		bs[i] = &roomBuyer{i: i, user: u, pos: *v.Position, ticket: v.Ticket}
+		bs[i] = &crowdtest.RoomBuyer{I: i, User: u, Pos: *v.Position, Ticket: v.Ticket}
 	}
 	return bs
 }
 
 // pollTicket polls b's ticket at g.
-func pollTicket(t *testing.T, c *http.Client, g *gatewayProc, sale string, b *roomBuyer) (int, roomView, string) {
+func pollTicket(t *testing.T, c *http.Client, g *gatewayProc, sale string, b *crowdtest.RoomBuyer) (int, crowdtest.QueueView, string) {
 	t.Helper()
-	code, raw, err := roomDo(c, "GET", "http://"+g.public+"/v1/sales/"+sale+"/queue", "", map[string]string{"Flashgate-Ticket": b.ticket})
+	code, raw, err := crowdtest.Do(c, "GET", "http://"+g.public+"/v1/sales/"+sale+"/queue", "", map[string]string{"Flashgate-Ticket": b.Ticket})
 	if err != nil {
-		t.Fatalf("poll of %s at %s: %v", b.user, g.public, err)
+		t.Fatalf("poll of %s at %s: %v", b.User, g.public, err)
 	}
-	var v roomView
+	var v crowdtest.QueueView
 	_ = json.Unmarshal(raw, &v)
 	return code, v, string(raw)
 }
@@ -293,19 +289,19 @@ func pollTicket(t *testing.T, c *http.Client, g *gatewayProc, sale string, b *ro
 // roomBuyOnce sends b's buy with its ticket and key at g, again while it
 // is answered 503 (a sale held until its check against MySQL), for up to
 // a minute.
-func roomBuyOnce(t *testing.T, c *http.Client, g *gatewayProc, sale string, b *roomBuyer, key string) (int, roomAnswer, string) {
+func roomBuyOnce(t *testing.T, c *http.Client, g *gatewayProc, sale string, b *crowdtest.RoomBuyer, key string) (int, crowdtest.BuyAnswer, string) {
 	t.Helper()
 	var (
 		code int
 		raw  []byte
 		err  error
 	)
-	localstack.WaitFor(t, time.Minute, "an answer other than 503 to "+b.user+"'s buy", func() bool {
-		code, raw, err = roomDo(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/orders", `{"user_id":"`+b.user+`","quantity":1}`,
-			map[string]string{"Flashgate-Ticket": b.ticket, "Idempotency-Key": key})
+	localstack.WaitFor(t, time.Minute, "an answer other than 503 to "+b.User+"'s buy", func() bool {
+		code, raw, err = crowdtest.Do(c, "POST", "http://"+g.public+"/v1/sales/"+sale+"/orders", `{"user_id":"`+b.User+`","quantity":1}`,
+			map[string]string{"Flashgate-Ticket": b.Ticket, "Idempotency-Key": key})
 		return err == nil && code != 503
 	})
-	var a roomAnswer
+	var a crowdtest.BuyAnswer
 	_ = json.Unmarshal(raw, &a)
 	return code, a, string(raw)
 }

@@ -39,8 +39,8 @@ func TestRoomRedisRollback(t *testing.T) {
 	lost := roomJoinAll(t, hc, g, sale, userIDs("v", 20))
 	all := slices.Concat(kept, lost)
 	for i, b := range all {
-		if b.pos != int64(i+1) {
-			t.Fatalf("%s joined %d-th at position %d", b.user, i+1, b.pos)
+		if b.Pos != int64(i+1) {
+			t.Fatalf("%s joined %d-th at position %d", b.User, i+1, b.Pos)
 		}
 	}
 	localstack.WaitFor(t, 30*time.Second, "every buyer admitted", func() bool {
@@ -50,11 +50,11 @@ func TestRoomRedisRollback(t *testing.T) {
 	accepted := map[string]string{} // order id → user
 	firsts := map[string]string{}   // user → order id
 	for _, b := range all {
-		code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.user)
+		code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.User)
 		if code != 202 || a.OrderID == "" {
-			t.Fatalf("buy of %s (position %d, admitted): %d %s", b.user, b.pos, code, raw)
+			t.Fatalf("buy of %s (position %d, admitted): %d %s", b.User, b.Pos, code, raw)
 		}
-		firsts[b.user], accepted[a.OrderID] = a.OrderID, b.user
+		firsts[b.User], accepted[a.OrderID] = a.OrderID, b.User
 	}
 	s.waitDrained(sale, 2*time.Minute)
 
@@ -63,13 +63,13 @@ func TestRoomRedisRollback(t *testing.T) {
 		t.Fatalf("harness: the copy holds joined %q, sold %d; it was taken after the 30th join, before any buy", rb.meta["joined"], rb.sold)
 	}
 	for _, b := range all {
-		if code, v, raw := pollTicket(t, hc, g, sale, b); code != 200 || v.Position == nil || *v.Position != b.pos {
-			t.Fatalf("poll of %s (position %d) after the rollback: %d %s", b.user, b.pos, code, raw)
+		if code, v, raw := pollTicket(t, hc, g, sale, b); code != 200 || v.Position == nil || *v.Position != b.Pos {
+			t.Fatalf("poll of %s (position %d) after the rollback: %d %s", b.User, b.Pos, code, raw)
 		}
 	}
 	for _, b := range kept {
-		if v := joinOnce(t, hc, g, sale, b.user); *v.Position != b.pos {
-			t.Fatalf("%s joined again after the rollback at position %d, had %d", b.user, *v.Position, b.pos)
+		if v := joinOnce(t, hc, g, sale, b.User); *v.Position != b.Pos {
+			t.Fatalf("%s joined again after the rollback at position %d, had %d", b.User, *v.Position, b.Pos)
 		}
 	}
 	if v := roomAdmin(t, g, sale); v.Joined != int64(len(kept)) {
@@ -79,37 +79,37 @@ func TestRoomRedisRollback(t *testing.T) {
 	// key finds the buyer's unit (the sale is checked against MySQL
 	// before it sells again: 503 meanwhile, sent again).
 	for _, b := range all {
-		if code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.user); code != 202 || a.OrderID != firsts[b.user] {
-			t.Fatalf("%s's key after the rollback: %d %s; first order %s", b.user, code, raw, firsts[b.user])
+		if code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.User); code != 202 || a.OrderID != firsts[b.User] {
+			t.Fatalf("%s's key after the rollback: %d %s; first order %s", b.User, code, raw, firsts[b.User])
 		}
-		if code, a, raw := roomBuyOnce(t, hc, g, sale, b, "again-"+b.user); code != 409 || a.Status != "limit_reached" {
-			t.Fatalf("%s (position %d, its join lost: %v) bought again after the rollback: %d %s", b.user, b.pos, slices.Contains(lost, b), code, raw)
+		if code, a, raw := roomBuyOnce(t, hc, g, sale, b, "again-"+b.User); code != 409 || a.Status != "limit_reached" {
+			t.Fatalf("%s (position %d, its join lost: %v) bought again after the rollback: %d %s", b.User, b.Pos, slices.Contains(lost, b), code, raw)
 		}
 	}
 	// Newcomers take places after what Redis kept; a lost joiner joining
 	// again gets a place behind them.
 	fresh := roomJoinAll(t, hc, g, sale, userIDs("n", 10))
 	for i, b := range fresh {
-		if b.pos <= int64(len(kept)) || i > 0 && b.pos <= fresh[i-1].pos {
-			t.Fatalf("newcomer %s joined %d-th at position %d, after %d places kept", b.user, i+1, b.pos, len(kept))
+		if b.Pos <= int64(len(kept)) || i > 0 && b.Pos <= fresh[i-1].Pos {
+			t.Fatalf("newcomer %s joined %d-th at position %d, after %d places kept", b.User, i+1, b.Pos, len(kept))
 		}
 	}
-	again := joinOnce(t, hc, g, sale, lost[0].user)
-	if *again.Position <= fresh[len(fresh)-1].pos {
-		t.Fatalf("%s, its join lost, joined again at position %d, not behind the newcomers (last at %d)", lost[0].user, *again.Position, fresh[len(fresh)-1].pos)
+	again := joinOnce(t, hc, g, sale, lost[0].User)
+	if *again.Position <= fresh[len(fresh)-1].Pos {
+		t.Fatalf("%s, its join lost, joined again at position %d, not behind the newcomers (last at %d)", lost[0].User, *again.Position, fresh[len(fresh)-1].Pos)
 	}
 	t.Logf("after the rollback: newcomers at positions %d..%d; %s, whose join at %d was lost, joins again at %d",
-		fresh[0].pos, fresh[len(fresh)-1].pos, lost[0].user, lost[0].pos, *again.Position)
+		fresh[0].Pos, fresh[len(fresh)-1].Pos, lost[0].User, lost[0].Pos, *again.Position)
 	localstack.WaitFor(t, 30*time.Second, "the newcomers admitted", func() bool {
 		_, v, _ := pollTicket(t, hc, g, sale, fresh[len(fresh)-1])
 		return v.Status == "admitted"
 	})
 	for _, b := range fresh {
-		code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.user)
+		code, a, raw := roomBuyOnce(t, hc, g, sale, b, "k-"+b.User)
 		if code != 202 || a.OrderID == "" {
-			t.Fatalf("buy of newcomer %s (position %d, admitted): %d %s", b.user, b.pos, code, raw)
+			t.Fatalf("buy of newcomer %s (position %d, admitted): %d %s", b.User, b.Pos, code, raw)
 		}
-		accepted[a.OrderID] = b.user
+		accepted[a.OrderID] = b.User
 	}
 
 	s.waitSettled(sale, 2*time.Minute)

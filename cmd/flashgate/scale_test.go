@@ -1,24 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flashgate/flashgate/bench/crowdtest"
 	"github.com/flashgate/flashgate/broker"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/relay"
@@ -27,7 +22,7 @@ import (
 
 // Past one process (DESIGN.md "Where it goes past one machine", invariant
 // 10): two gateways behind what a load balancer would do, three competing
-// consumers, one stack. The crowd (lbCrowd) is the harness's buyers spread
+// consumers, one stack. The crowd (startCrowd) is the harness's buyers spread
 // over several gateways: a buy that gets no answer is sent again, with the
 // same Idempotency-Key, to the next gateway.
 
@@ -86,31 +81,31 @@ func TestScaleGatewayKill9(t *testing.T) {
 	// sale once a second): the kill must find relay A at work.
 	c := startCrowd(t, []*gatewayProc{ga, gb}, 100*time.Millisecond)
 
-	c.waitAccepted(len(scaleSales)*scaleStock/5, time.Minute)
+	c.WaitAccepted(int64(len(scaleSales)*scaleStock/5), time.Minute)
 	dead, held, lost := killCut(t, s, ga, c, cut)
-	at := c.n202.Load()
+	at := c.N202()
 	t.Logf("gateway A (relay %s) killed after %d buys accepted, holding %d outbox entries, with %d reservations made whose reply it never got",
 		dead, at, held, len(lost))
 
-	c.wait()
+	c.Wait()
 	samples.stop()
-	c.check()
-	if c.failovers.Load() == 0 {
+	c.Check()
+	if c.Failovers() == 0 {
 		t.Fatal("no buy sent to gateway A was answered by gateway B")
 	}
-	for i, n := range c.servedBy() {
+	for i, n := range c.ServedBy() {
 		if n == 0 {
 			t.Fatalf("gateway %d accepted no buy", i)
 		}
 	}
-	if c.n202.Load() == at {
+	if c.N202() == at {
 		t.Fatal("no buy accepted after the kill: the burst was over before it")
 	}
 	// Invariant 4 across gateways: a reservation gateway A made but never
 	// answered reached its buyer through gateway B's replay of the key,
 	// with A's order id, not as a second order.
 	for id, sale := range lost {
-		if _, ok := c.accepted(sale)[id]; !ok {
+		if _, ok := c.Accepted(sale)[id]; !ok {
 			t.Fatalf("order %s of sale %s was reserved through gateway A, which never answered it; the buyer's retry on gateway B did not get it", id, sale)
 		}
 	}
@@ -138,7 +133,7 @@ func TestScaleGatewayKill9(t *testing.T) {
 	}
 	checkConsumersInserted(t, s, consumers, false)
 	t.Logf("%d buys answered by gateway B after no answer from A; relay B claimed %v entries, removed %v",
-		c.failovers.Load(), gm["flashgate_relay_claimed_total"], gm["flashgate_relay_removed_total"])
+		c.Failovers(), gm["flashgate_relay_claimed_total"], gm["flashgate_relay_removed_total"])
 }
 
 // TestScaleConsumersShare guards the consumer half of invariant 10: with
@@ -155,10 +150,10 @@ func TestScaleConsumersShare(t *testing.T) {
 	}
 	samples := sampleSales(t, gb, scaleSales, scaleStock)
 	c := startCrowd(t, []*gatewayProc{ga, gb}, 0)
-	c.wait()
+	c.Wait()
 	samples.stop()
-	c.check()
-	for i, n := range c.servedBy() {
+	c.Check()
+	for i, n := range c.ServedBy() {
 		if n == 0 {
 			t.Fatalf("gateway %d accepted no buy", i)
 		}
@@ -251,7 +246,7 @@ func checkConsumersInserted(t *testing.T, s *stack, cs []consumerProc, each bool
 // it held, and the orders (id → sale) Redis accepted from g without g
 // learning it. It fails the test when such moments do not come within a
 // minute, or before the burst is nearly over.
-func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) (string, int64, map[string]string) {
+func killCut(t *testing.T, s *stack, g *gatewayProc, c *crowdtest.Crowd, cut *replyCut) (string, int64, map[string]string) {
 	t.Helper()
 	host, err := os.Hostname()
 	if err != nil {
@@ -283,8 +278,8 @@ func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) 
 	last := int64(len(scaleSales) * scaleStock * 9 / 10)
 	deadline := time.Now().Add(time.Minute)
 	for looks := 1; ; looks++ {
-		if c.n202.Load() >= last || time.Now().After(deadline) {
-			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.n202.Load())
+		if c.N202() >= last || time.Now().After(deadline) {
+			t.Fatalf("gateway A's relay was not seen holding an outbox entry in %d looks (%d buys accepted)", looks-1, c.N202())
 		}
 		g.signal(t, syscall.SIGSTOP)
 		// The look sees all g asked of Redis before it stopped: a held
@@ -313,378 +308,6 @@ func killCut(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd, cut *replyCut) 
 		}
 		g.signal(t, syscall.SIGCONT)
 		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// reserveSHA asks gateway g for the SHA of the reserve script it runs.
-func reserveSHA(t *testing.T, g *gatewayProc) string {
-	t.Helper()
-	code, body, err := httpDo(&http.Client{Timeout: 5 * time.Second}, "GET", "http://"+g.admin+"/admin/v1/scripts", "")
-	if err != nil || code != 200 {
-		t.Fatalf("GET /admin/v1/scripts: %d %s %v", code, body, err)
-	}
-	var v struct {
-		Scripts []struct{ Name, SHA string }
-	}
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET /admin/v1/scripts: %s: %v", body, err)
-	}
-	for _, sc := range v.Scripts {
-		if sc.Name == "reserve" && sc.SHA != "" {
-			return sc.SHA
-		}
-	}
-	t.Fatalf("no reserve script in %s", body)
-	return ""
-}
-
-// replyCut is a TCP proxy between one gateway and Redis. Once told to
-// drop, it still passes every command to Redis, and every reply back but
-// those of the reserve script: Redis makes the reservations, the gateway
-// never hears of them (it answers 503 once its Redis timeout passes, or
-// dies first). It reads RESP both ways to pair each reply with its command.
-type replyCut struct {
-	ln      net.Listener
-	target  string
-	sha     string // of the reserve script; set before dropping is
-	dropOn  atomic.Bool
-	up, all sync.WaitGroup
-
-	mu     sync.Mutex
-	conns  []net.Conn
-	ids    map[string]bool // order ids of the reservations whose reply was dropped
-	uppers []*upper        // the copiers towards Redis, which park can hold
-}
-
-// upper is one connection's copier towards Redis, as park sees it.
-type upper struct {
-	gw      net.Conn
-	parking atomic.Bool   // a park is asked for: a read timeout means park
-	parked  chan struct{} // the copier says it is parked
-	resume  chan struct{} // the copier goes on
-	done    chan struct{} // closed when the copier ends
-}
-
-// startReplyCut starts the proxy in front of the Redis at target. Its one
-// address is one Redis to a gateway, which refuses a node of a Redis
-// Cluster as such (errClusterNode), and a cluster's other nodes would be
-// reached around it: on a cluster the test is skipped.
-func startReplyCut(t *testing.T, target string) *replyCut {
-	t.Helper()
-	localstack.SingleRedisOnly(t, "a proxy in front of one Redis withholds its replies")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &replyCut{ln: ln, target: target, ids: map[string]bool{}}
-	c.all.Add(1)
-	go func() {
-		defer c.all.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.pass(conn)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		c.mu.Lock()
-		for _, conn := range c.conns {
-			conn.Close()
-		}
-		c.mu.Unlock()
-		c.all.Wait()
-	})
-	return c
-}
-
-func (c *replyCut) addr() string { return c.ln.Addr().String() }
-
-// drop starts dropping the replies to the reserve script (its SHA), for good.
-func (c *replyCut) drop(sha string) {
-	c.sha = sha
-	c.dropOn.Store(true) // publishes sha to the copiers, which load dropOn first
-}
-
-// pass relays one connection. The copier towards Redis queues, per
-// command, whether to drop its reply, before it passes the command's last
-// byte on: the reply cannot come back before its entry is queued.
-func (c *replyCut) pass(gw net.Conn) {
-	rd, err := net.Dial("tcp", c.target)
-	if err != nil {
-		gw.Close()
-		return
-	}
-	c.mu.Lock()
-	c.conns = append(c.conns, gw, rd)
-	c.mu.Unlock()
-	var qmu sync.Mutex
-	var queue []bool // per command in flight, oldest first: drop its reply
-	u := &upper{gw: gw, parked: make(chan struct{}, 1), resume: make(chan struct{}, 1), done: make(chan struct{})}
-	c.mu.Lock()
-	c.uppers = append(c.uppers, u)
-	c.mu.Unlock()
-	c.up.Add(1)
-	c.all.Add(2)
-	go func() {
-		defer c.all.Done()
-		defer c.up.Done()
-		defer close(u.done)
-		defer rd.Close()
-		buf := make([]byte, 32<<10)
-		var pend []byte
-		for {
-			n, err := gw.Read(buf)
-			if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && u.parking.Load() {
-				// Everything read so far has been written to Redis.
-				u.parked <- struct{}{}
-				<-u.resume
-				continue
-			}
-			if n > 0 {
-				pend = append(pend, buf[:n]...)
-				for {
-					args, used, ok := parseCommand(pend)
-					if !ok {
-						break
-					}
-					pend = pend[used:]
-					d := c.dropOn.Load() && len(args) > 1 && strings.EqualFold(args[0], "evalsha") && args[1] == c.sha
-					if d {
-						c.note(args)
-					}
-					qmu.Lock()
-					queue = append(queue, d)
-					qmu.Unlock()
-				}
-				pend = append([]byte(nil), pend...)
-				if _, err := rd.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() {
-		defer c.all.Done()
-		defer gw.Close()
-		buf := make([]byte, 32<<10)
-		var pend []byte
-		for {
-			n, err := rd.Read(buf)
-			if n > 0 {
-				pend = append(pend, buf[:n]...)
-				var out []byte
-				for {
-					end, ok := respEnd(pend, 0)
-					if !ok {
-						break
-					}
-					qmu.Lock()
-					d := len(queue) > 0 && queue[0]
-					if len(queue) > 0 { // none queued: a push, never dropped
-						queue = queue[1:]
-					}
-					qmu.Unlock()
-					if !d {
-						out = append(out, pend[:end]...)
-					}
-					pend = pend[end:]
-				}
-				pend = append([]byte(nil), pend...)
-				if len(out) > 0 {
-					if _, err := gw.Write(out); err != nil {
-						return
-					}
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-}
-
-// note records the order ids of a reserve call (EVALSHA sha numkeys keys…
-// sale ttl, then per reservation: order id, user, quantity, key index).
-func (c *replyCut) note(args []string) {
-	nk, err := strconv.Atoi(args[2])
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := 3 + nk + 2; i < len(args); i += 4 {
-		c.ids[args[i]] = true
-	}
-}
-
-// droppedIDs returns the order ids of the reservations whose reply was dropped.
-func (c *replyCut) droppedIDs() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.ids))
-	for id := range c.ids {
-		out = append(out, id)
-	}
-	return out
-}
-
-// waitForwarded waits until gateway g, sent SIGSTOP, is stopped, and all
-// it sent through the proxy has been read by Redis: g's bytes read by the
-// proxy (waitStoppedAndRead's check), each copier parked (between two
-// reads: all it read, written), and the proxy's bytes read by Redis. A look
-// at Redis after it sees everything g asked of Redis before it stopped. It
-// fails the test when that is not so within 10 s.
-func (c *replyCut) waitForwarded(t *testing.T, g *proc) {
-	t.Helper()
-	to := map[string]bool{c.addr(): true}
-	redis := map[string]bool{c.target: true}
-	var why string
-	defer func() {
-		if t.Failed() { // WaitFor failed: say what was left
-			t.Logf("the last look: %s", why)
-		}
-	}()
-	localstack.WaitFor(t, 10*time.Second, fmt.Sprintf("%s (pid %d) stopped, with what it sent read by Redis through the proxy", g.name, g.cmd.Process.Pid), func() bool {
-		release := c.park(t)
-		defer release()
-		if why = sentUnread(g.cmd.Process.Pid, to); why == "" {
-			why = unread(os.Getpid(), redis)
-		}
-		return why == ""
-	})
-}
-
-// park holds every copier towards Redis between two reads, and returns
-// the function that lets them go on. It fails the test when a copier does
-// not park within 10 s.
-func (c *replyCut) park(t *testing.T) (release func()) {
-	t.Helper()
-	c.mu.Lock()
-	us := slices.Clone(c.uppers)
-	c.mu.Unlock()
-	var asked []*upper
-	release = func() {
-		for _, u := range asked {
-			_ = u.gw.SetReadDeadline(time.Time{})
-			u.parking.Store(false)
-			select { // buffered: also for one that parks late
-			case u.resume <- struct{}{}:
-			default: // one that ended, asked before
-			}
-		}
-	}
-	for _, u := range us {
-		u.parking.Store(true)
-		_ = u.gw.SetReadDeadline(time.Now()) // the next read, or the one under way, times out
-		asked = append(asked, u)
-		select {
-		case <-u.parked:
-		case <-u.done:
-		case <-time.After(10 * time.Second):
-			release()
-			t.Fatal("a copier of the proxy did not park")
-		}
-	}
-	return release
-}
-
-// waitSent waits until the gateway's connections have all ended, so that
-// what it sent has been passed on (its process is gone).
-func (c *replyCut) waitSent(t *testing.T) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { c.up.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the dead gateway's Redis connections did not end")
-	}
-}
-
-// parseCommand reads one command (a RESP array of bulk strings, which is
-// all a client sends) from the start of b: its arguments and its length,
-// or false when b does not hold all of it yet.
-func parseCommand(b []byte) ([]string, int, bool) {
-	n, i, ok := respHeader(b, 0, '*')
-	if !ok {
-		return nil, 0, false
-	}
-	args := make([]string, 0, max(n, 0))
-	for range n {
-		l, j, ok := respHeader(b, i, '$')
-		if !ok || j+l+2 > len(b) {
-			return nil, 0, false
-		}
-		args = append(args, string(b[j:j+l]))
-		i = j + l + 2
-	}
-	return args, i, true
-}
-
-// respHeader reads "<kind><number>\r\n" at b[i:]: the number and where the
-// line ends.
-func respHeader(b []byte, i int, kind byte) (int, int, bool) {
-	if i >= len(b) || b[i] != kind {
-		return 0, 0, false
-	}
-	e := bytes.Index(b[i:], []byte("\r\n"))
-	if e < 0 {
-		return 0, 0, false
-	}
-	n, err := strconv.Atoi(string(b[i+1 : i+e]))
-	if err != nil {
-		return 0, 0, false
-	}
-	return n, i + e + 2, true
-}
-
-// respEnd returns where the RESP2/RESP3 value that starts at b[i] ends, or
-// false when b does not hold all of it yet.
-func respEnd(b []byte, i int) (int, bool) {
-	if i >= len(b) {
-		return 0, false
-	}
-	e := bytes.Index(b[i:], []byte("\r\n"))
-	if e < 0 {
-		return 0, false
-	}
-	next := i + e + 2
-	switch b[i] {
-	case '$', '!', '=': // bulk string, bulk error, verbatim string
-		n, err := strconv.Atoi(string(b[i+1 : i+e]))
-		if err != nil || n < 0 {
-			return next, true
-		}
-		if next+n+2 > len(b) {
-			return 0, false
-		}
-		return next + n + 2, true
-	case '*', '~', '>', '%', '|': // array, set, push, map, attribute
-		n, err := strconv.Atoi(string(b[i+1 : i+e]))
-		if err != nil || n < 0 {
-			return next, true
-		}
-		if b[i] == '%' || b[i] == '|' {
-			n *= 2
-		}
-		for range n {
-			var ok bool
-			if next, ok = respEnd(b, next); !ok {
-				return 0, false
-			}
-		}
-		if b[i] == '|' { // an attribute comes before the value it describes
-			return respEnd(b, next)
-		}
-		return next, true
-	default: // simple string, error, integer, double, boolean, big number, null
-		return next, true
 	}
 }
 
@@ -751,12 +374,12 @@ func (sm *saleSampler) stop() {
 // checkScaleSales checks invariants 1–4 over every scale sale once it is
 // drained, from what the crowd saw, MySQL, Redis, the admin view of g and
 // `flashgate reconcile`.
-func checkScaleSales(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd) {
+func checkScaleSales(t *testing.T, s *stack, g *gatewayProc, c *crowdtest.Crowd) {
 	t.Helper()
 	ctx := context.Background()
 	client := &http.Client{Timeout: 5 * time.Second}
 	for _, sale := range scaleSales {
-		accepted := c.accepted(sale)
+		accepted := c.Accepted(sale)
 		// 1: exactly the stock sold, demand being far above it.
 		if len(accepted) != scaleStock {
 			t.Fatalf("sale %s: %d buys accepted, want %d (the stock)", sale, len(accepted), scaleStock)
@@ -771,7 +394,7 @@ func checkScaleSales(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd) {
 		}
 		// 3: every 202 once in MySQL, nothing else there.
 		s.checkExactlyOnce(sale, accepted)
-		owners, units := mysqlOwners(t, s, sale)
+		owners, units := s.owners(sale)
 		for id, user := range owners {
 			// 3 and 4: a row no buyer saw accepted is a reservation whose
 			// reply was lost and whose retry reserved again.
@@ -796,260 +419,20 @@ func checkScaleSales(t *testing.T, s *stack, g *gatewayProc, c *lbCrowd) {
 	}
 }
 
-// mysqlOwners returns the sale's orders in MySQL, order id → user, and the
-// units each user holds there.
-func mysqlOwners(t *testing.T, s *stack, sale string) (map[string]string, map[string]int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, user_id, quantity FROM orders WHERE sale_id = ?`, sale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	owners, units := map[string]string{}, map[string]int{}
-	for rows.Next() {
-		var id, user string
-		var q int
-		if err := rows.Scan(&id, &user, &q); err != nil {
-			t.Fatal(err)
-		}
-		owners[id] = user
-		units[user] += q
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return owners, units
-}
-
-// lbCrowd is a crowd of buyers in front of several gateways. Buyer u
-// sends its buys to gateway u%len first; a buy that gets no answer (no
-// reply, 503, 429) goes to the next gateway with the same Idempotency-Key,
-// as behind a load balancer. Every 202 is sent once more, with its key, to
-// another gateway, and must come back byte for byte.
-type lbCrowd struct {
-	t      *testing.T
-	bases  []string
-	client *http.Client
-	ctx    context.Context // the buyers' deadline
-
-	mu      sync.Mutex
-	answers map[string]keyAnswer // sale + " " + key → the key's first answer
-	codes   map[int]int
-	bad     []string
-
-	n202      atomic.Int64
-	retries   atomic.Int64   // sends without an answer
-	failovers atomic.Int64   // buys answered by another gateway than their first
-	served    []atomic.Int64 // 202s per gateway
-	wg        sync.WaitGroup
-}
-
-// keyAnswer is what one Idempotency-Key was answered.
-type keyAnswer struct {
-	sale, user, orderID string
-	code                int
-}
-
 // startCrowd starts scaleWorkers buyers per gateway over scaleUsers users,
-// each buying scaleKeys times one unit in its sale, pausing pause after
-// each buy, and returns at once. The buyers give up after three minutes,
+// buyer u buying scaleKeys times one unit in sale u%3, each buy with a
+// key of its own, sent first to gateway u%2; a buy that gets no answer
+// (none, 503, 429) goes to the next gateway with the same key, as behind a
+// load balancer, and every 202 is sent once more, with its key, to another
+// gateway and must come back byte for byte. Each buyer pauses pause after
+// each buy. It returns at once; the buyers give up after three minutes,
 // and that fails the test.
-func startCrowd(t *testing.T, gs []*gatewayProc, pause time.Duration) *lbCrowd {
-	tr := &http.Transport{MaxIdleConnsPerHost: 2 * scaleWorkers}
-	c := &lbCrowd{t: t, client: &http.Client{Timeout: 5 * time.Second, Transport: tr},
-		answers: map[string]keyAnswer{}, codes: map[int]int{}, served: make([]atomic.Int64, len(gs))}
+func startCrowd(t *testing.T, gs []*gatewayProc, pause time.Duration) *crowdtest.Crowd {
+	var bases []string
 	for _, g := range gs {
-		c.bases = append(c.bases, "http://"+g.public)
+		bases = append(bases, "http://"+g.public)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	c.ctx = ctx
-	queues := make([]chan int, len(gs))
-	for i := range queues {
-		queues[i] = make(chan int, scaleUsers)
-	}
-	for u := range scaleUsers {
-		queues[u%len(gs)] <- u
-	}
-	for i, q := range queues {
-		close(q)
-		for range scaleWorkers {
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				for u := range q {
-					if !c.buyAll(i, u, pause) {
-						return
-					}
-				}
-			}()
-		}
-	}
-	go func() { c.wg.Wait(); cancel() }()
-	t.Cleanup(func() {
-		cancel()
-		c.wg.Wait()
-		tr.CloseIdleConnections()
-	})
-	return c
-}
-
-// buyAll makes user u's buys, sent to gateway first; false when the
-// deadline passed.
-func (c *lbCrowd) buyAll(first, u int, pause time.Duration) bool {
-	sale := scaleSales[u%len(scaleSales)]
-	user := "u" + strconv.Itoa(u)
-	for k := range scaleKeys {
-		key := fmt.Sprintf("k%d-%d", u, k)
-		code, body, from, ok := c.send(first, sale, user, key)
-		if !ok {
-			c.fail("buyer deadline passed")
-			return false
-		}
-		if from != first {
-			c.failovers.Add(1)
-		}
-		if pause > 0 {
-			time.Sleep(pause)
-		}
-		if c.record(from, sale, user, key, code, body) != 202 {
-			continue
-		}
-		// The same buy again through another gateway: the first reply,
-		// byte for byte, and nothing more reserved.
-		again, body2, from2, ok := c.send(from+1, sale, user, key)
-		if !ok {
-			c.fail("buyer deadline passed")
-			return false
-		}
-		if again != 202 || body2 != body {
-			c.fail(fmt.Sprintf("key %s of %s replayed on gateway %d: %d %s; first answer (gateway %d): %s", key, sale, from2%len(c.bases), again, body2, from, body))
-		}
-	}
-	return true
-}
-
-// send posts the buy to gateway first, then the next ones in turn, until
-// one answers; it returns the answer and the gateway that gave it, or
-// false when the deadline passed first. A request is not bound to the
-// deadline: one in flight gets its answer.
-func (c *lbCrowd) send(first int, sale, user, key string) (int, string, int, bool) {
-	for attempt := 0; ; attempt++ {
-		i := (first + attempt) % len(c.bases)
-		code, body, err := c.post(c.bases[i], sale, user, key)
-		if err == nil && code != 503 && code != 429 {
-			return code, body, i, true
-		}
-		c.retries.Add(1)
-		select {
-		case <-c.ctx.Done():
-			return 0, "", 0, false
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func (c *lbCrowd) post(base, sale, user, key string) (int, string, error) {
-	req, err := http.NewRequest("POST", base+"/v1/sales/"+sale+"/orders", strings.NewReader(`{"user_id":"`+user+`","quantity":1}`))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	res, err := c.client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	return res.StatusCode, string(raw), err
-}
-
-// record notes a key's first answer and returns its code.
-func (c *lbCrowd) record(from int, sale, user, key string, code int, body string) int {
-	var v struct {
-		Status  string `json:"status"`
-		OrderID string `json:"order_id"`
-		UserID  string `json:"user_id"`
-	}
-	_ = json.Unmarshal([]byte(body), &v)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.codes[code]++
-	c.answers[sale+" "+key] = keyAnswer{sale: sale, user: user, orderID: v.OrderID, code: code}
-	switch {
-	case code == 202 && v.Status == "accepted" && v.OrderID != "" && v.UserID == user:
-		c.n202.Add(1)
-		c.served[from].Add(1)
-	case code == 409 && v.Status == "limit_reached", code == 410 && v.Status == "sold_out":
-	default:
-		c.bad = append(c.bad, fmt.Sprintf("%s for %s: %d %s", key, user, code, body))
-	}
-	return code
-}
-
-func (c *lbCrowd) fail(msg string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bad = append(c.bad, msg)
-}
-
-// waitAccepted waits until n buys have been accepted in all.
-func (c *lbCrowd) waitAccepted(n int, timeout time.Duration) {
-	c.t.Helper()
-	localstack.WaitFor(c.t, timeout, fmt.Sprintf("%d buys accepted", n), func() bool { return c.n202.Load() >= int64(n) })
-}
-
-// wait waits for the buyers to run out of users.
-func (c *lbCrowd) wait() { c.wg.Wait() }
-
-// check fails the test on any answer a buyer should never get, and on an
-// order id given for two keys.
-func (c *lbCrowd) check() {
-	c.t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.bad) > 0 {
-		c.t.Fatalf("%d unexpected answers, first ones: %q", len(c.bad), c.bad[:min(len(c.bad), 10)])
-	}
-	ids := map[string]string{}
-	for k, a := range c.answers {
-		if a.code != 202 {
-			continue
-		}
-		if prev, dup := ids[a.orderID]; dup {
-			c.t.Fatalf("order id %s given for two keys: %s and %s", a.orderID, prev, k)
-		}
-		ids[a.orderID] = k
-	}
-	c.t.Logf("answers %v; %d sends without an answer, %d buys answered by another gateway; 202s per gateway %v",
-		c.codes, c.retries.Load(), c.failovers.Load(), c.servedByLocked())
-}
-
-// accepted returns the sale's accepted orders, order id → user.
-func (c *lbCrowd) accepted(sale string) map[string]string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]string{}
-	for _, a := range c.answers {
-		if a.sale == sale && a.code == 202 {
-			out[a.orderID] = a.user
-		}
-	}
-	return out
-}
-
-func (c *lbCrowd) servedBy() []int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.servedByLocked()
-}
-
-func (c *lbCrowd) servedByLocked() []int64 {
-	out := make([]int64, len(c.served))
-	for i := range c.served {
-		out[i] = c.served[i].Load()
-	}
-	return out
+	return crowdtest.Start(t, crowdtest.Options{Bases: bases, Sales: scaleSales, Users: scaleUsers, Keys: scaleKeys,
+		Workers: scaleWorkers, Pause: pause, Replay: true, Again: crowdtest.Retry503or429,
+		Final: []string{"sold_out", "limit_reached"}, Limit: scaleLimit})
 }

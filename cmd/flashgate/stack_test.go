@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/orderdb/salerows"
 	"github.com/flashgate/flashgate/retry"
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -135,50 +135,56 @@ func (s *stack) checkNoDrift(sale string) {
 	}
 }
 
+// orders returns the sale's rows in MySQL (salerows.Read), failing the
+// test on a query error and on an order id seen twice.
+func (s *stack) orders(sale string) []salerows.Row {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := salerows.Read(ctx, s.db, sale)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if _, _, dups := salerows.Owners(rows); len(dups) > 0 {
+		s.t.Fatalf("order %s twice in MySQL", dups[0])
+	}
+	return rows
+}
+
+// owners returns the sale's orders in MySQL, order id → user, and the
+// units each user holds there.
+func (s *stack) owners(sale string) (map[string]string, map[string]int64) {
+	s.t.Helper()
+	byID, units, _ := salerows.Owners(s.orders(sale))
+	return byID, units
+}
+
 // mysqlOrders returns every order of the sale in MySQL, id → quantity, and
 // the ledger's figures.
 func (s *stack) mysqlOrders(sale string) (map[string]int, int64, int64) {
 	s.t.Helper()
+	out := map[string]int{}
+	for _, r := range s.orders(sale) {
+		out[r.OrderID] = int(r.Quantity)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, `SELECT order_id, quantity FROM orders WHERE sale_id = ?`, sale)
+	lu, lo, err := orderdb.Ledger(ctx, s.db, sale)
 	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var q int
-		if err := rows.Scan(&id, &q); err != nil {
-			s.t.Fatal(err)
-		}
-		if _, dup := out[id]; dup {
-			s.t.Fatalf("order %s twice in MySQL", id)
-		}
-		out[id] = q
-	}
-	if err := rows.Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	var lu, lo int64
-	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(units), 0), COALESCE(SUM(orders), 0) FROM sale_ledger WHERE sale_id = ?`, sale).Scan(&lu, &lo)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		s.t.Fatal(err)
 	}
 	return out, lu, lo
 }
 
+// count returns the sale's rows and units in MySQL (salerows.Count); zeros
+// when they cannot be read.
 func (s *stack) count(sale string) (rows, units int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity), 0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units)
+	rows, units, _ = salerows.Count(ctx, s.db, sale)
 	return rows, units
 }
 
-// waitDrained waits until MySQL holds as many units as Redis sold and the
-// outbox is empty. After 15s with entries no relay has read, it fails at
-// once: the gateway runs no relay.
 // redisSold is the sale's sold and outbox length in Redis: its own, or for
 // a sale of several buckets its buckets' summed (the home sells nothing).
 func (s *stack) redisSold(ctx context.Context, sale string) (sold, outbox int64) {
@@ -199,6 +205,9 @@ func (s *stack) lanes(ctx context.Context, sale string) []string {
 	return []string{sale}
 }
 
+// waitDrained waits until MySQL holds as many units as Redis sold and the
+// outbox is empty. After 15s with entries no relay has read, it fails at
+// once: the gateway runs no relay.
 func (s *stack) waitDrained(sale string, timeout time.Duration) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

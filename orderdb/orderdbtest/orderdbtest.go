@@ -17,6 +17,7 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/orderdb/salerows"
 )
 
 // Open returns a pool on a database of the test's own (localstack.Database),
@@ -125,10 +126,11 @@ func Row(tb testing.TB, db *sql.DB, orderID string) order.Order {
 func Totals(tb testing.TB, db *sql.DB, sale string) (rows, units, ledgerUnits, ledgerOrders int64) {
 	tb.Helper()
 	ctx := context.Background()
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(quantity),0) FROM orders WHERE sale_id = ?`, sale).Scan(&rows, &units); err != nil {
+	rows, units, err := salerows.Count(ctx, db, sale)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	ledgerUnits, ledgerOrders, err := orderdb.Ledger(ctx, db, sale)
+	ledgerUnits, ledgerOrders, err = orderdb.Ledger(ctx, db, sale)
 	if err != nil {
 		tb.Fatal(err)
 	}
