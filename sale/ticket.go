@@ -34,6 +34,11 @@ type TicketKey struct {
 	ipad, opad [sha256.BlockSize]byte
 	shuffle    cipher.Block
 	blocks     sync.Pool // of *[2][aes.BlockSize]byte: the shuffle's buffers
+	// seed is the shuffle's AES-128 key: a random room publishes it once
+	// the sale has started, and its SHA-256 from the room's creation
+	// (lottery.go). It is derived from the sale's key apart from the MAC
+	// key, so that publishing it forges no ticket.
+	seed [seedSize]byte
 }
 
 // NewTicketKey reads a sale's key, 32 bytes in hex (meta wkey). The ticket
@@ -49,12 +54,10 @@ func NewTicketKey(hexKey string) (*TicketKey, error) {
 		return m.Sum(nil)
 	}
 	macKey := derive("flashgate ticket")
-	block, err := aes.NewCipher(derive("flashgate shuffle")[:16])
+	k, err := newShuffleKey([seedSize]byte(derive("flashgate shuffle")[:seedSize]))
 	if err != nil {
 		return nil, err
 	}
-	k := &TicketKey{shuffle: block}
-	k.blocks.New = func() any { return new([2][aes.BlockSize]byte) }
 	for i := range k.ipad {
 		k.ipad[i], k.opad[i] = 0x36, 0x5c
 	}
@@ -62,6 +65,18 @@ func NewTicketKey(hexKey string) (*TicketKey, error) {
 		k.ipad[i] ^= c
 		k.opad[i] ^= c
 	}
+	return k, nil
+}
+
+// newShuffleKey is a key that shuffles with seed and signs nothing: the
+// shuffle of NewTicketKey, and of LotteryPlace from a published seed.
+func newShuffleKey(seed [seedSize]byte) (*TicketKey, error) {
+	block, err := aes.NewCipher(seed[:])
+	if err != nil {
+		return nil, err
+	}
+	k := &TicketKey{shuffle: block, seed: seed}
+	k.blocks.New = func() any { return new([2][aes.BlockSize]byte) }
 	return k, nil
 }
 
