@@ -58,6 +58,8 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 		s.servePoll(ctx, m.sale, buyer)
 	case routePage:
 		s.servePage(ctx, m.sale)
+	case routeProof:
+		s.serveProof(ctx, m.sale)
 	case routeHealthz:
 		write(ctx, replyOK)
 	case routeReadyz:

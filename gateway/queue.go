@@ -61,7 +61,13 @@ func (s *Server) serveJoin(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 	}
 	s.rooms.joined(saleID, place.Room)
 	st := place.Standing(user, now.UnixMilli())
-	write(ctx, reply{code: 200, body: appendQueueView(nil, place.Room, &st, nil)})
+	// The units left, from the gateway's memory of the room (a read of it
+	// the first time this gateway meets the sale).
+	remaining := int64(-1)
+	if rm, _, err := s.rooms.get(saleB, now); err == nil && rm != noSale {
+		remaining = rm.Remaining
+	}
+	write(ctx, reply{code: 200, body: appendQueueView(nil, place.Room, &st, nil, remaining)})
 }
 
 // parseJoin reads the buyer of a join: the body's user_id, or the token's
@@ -123,7 +129,7 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 	var buf [512]byte // the view is built on the stack and copied into the response
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(jsonType)
-	ctx.Response.SetBody(appendQueueView(buf[:0], rm, &st, raw))
+	ctx.Response.SetBody(appendQueueView(buf[:0], rm, &st, raw, rm.Remaining))
 }
 
 // where asks the room rm where the request's ticket stands at now (Unix
@@ -143,8 +149,10 @@ func where(ctx *fasthttp.RequestCtx, rm *sale.Room, buyer string, now int64) (ra
 }
 
 // appendQueueView appends the queue view of st in rm, with its ticket raw
-// as sent, or signed here when raw is nil.
-func appendQueueView(b []byte, rm *sale.Room, st *sale.Standing, raw []byte) []byte {
+// as sent, or signed here when raw is nil, and the units left (null when
+// below 0: not known). A random room's view adds the buyer's join number
+// once its pre-queue is sealed, for the lottery's proof.
+func appendQueueView(b []byte, rm *sale.Room, st *sale.Standing, raw []byte, remaining int64) []byte {
 	b = append(b, `{"status":"`...)
 	if st.Admitted {
 		b = append(b, "admitted"...)
@@ -181,5 +189,15 @@ func appendQueueView(b []byte, rm *sale.Room, st *sale.Standing, raw []byte) []b
 	}
 	b = append(b, `,"poll_after_ms":`...)
 	b = strconv.AppendInt(b, st.PollAfter, 10)
+	b = append(b, `,"remaining":`...)
+	if remaining < 0 {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, remaining, 10)
+	}
+	if rm.Mode == sale.RoomRandom && st.Known {
+		b = append(b, `,"join":`...)
+		b = strconv.AppendInt(b, st.Ticket.Join, 10)
+	}
 	return append(b, '}')
 }

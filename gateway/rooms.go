@@ -58,6 +58,9 @@ type roomEntry struct {
 	// entry's, not the rooms', so that an entry forgotten on an
 	// announcement forgets its read too, and the next request reads anew.
 	first singleflight.Group
+	// sealed is the Unix ms of the last read that asked Redis to seal a
+	// random room's pre-queue for a request (seal).
+	sealed atomic.Int64
 	// Counters of its series (roommetrics.go).
 	polls, notAdmitted atomic.Uint64
 }
@@ -70,6 +73,10 @@ const (
 	roomTick      = 200 * time.Millisecond
 	maxRooms      = 100_000
 	maxRefreshing = 256 // reads per tick, one after another
+	// sealEvery paces the reads a request waits for to seal a random room
+	// that has started (a gateway's clock ahead of Redis's sees the start
+	// first): between them, requests are answered from memory.
+	sealEvery = 50 * time.Millisecond
 )
 
 func newRooms(first, again func(ctx context.Context, sale string) (*sale.Room, error), timeout time.Duration, log *zap.Logger) *rooms {
@@ -92,6 +99,9 @@ func (r *rooms) get(id []byte, now time.Time) (*sale.Room, *roomEntry, error) {
 	if e != nil {
 		if rm := e.room.Load(); rm != nil && (rm.Mode != sale.RoomOff || ms-e.loaded.Load() < noRoomTTL.Milliseconds()) {
 			e.used.Store(ms)
+			if rm.Mode == sale.RoomRandom && rm.Prequeue < 0 && rm.Start > 0 && ms >= rm.Start {
+				rm = r.seal(e, string(id), rm, ms)
+			}
 			return rm, e, nil
 		}
 	} else {
@@ -128,6 +138,35 @@ func (r *rooms) load(e *roomEntry, id string, ms int64) (*sale.Room, error) {
 	})
 	rm, _ := v.(*sale.Room)
 	return rm, err
+}
+
+// seal reads again a random room that has started with its pre-queue not
+// sealed (the read seals it), for a request that waits for it, so that the
+// first poll after the start gets its place: one read at a time, shared by
+// the requests that come meanwhile, at most one every sealEvery. It
+// returns the room sealed, or rm when the read failed or Redis's clock has
+// not reached the start yet.
+func (r *rooms) seal(e *roomEntry, id string, rm *sale.Room, ms int64) *sale.Room {
+	if last := e.sealed.Load(); ms-last < sealEvery.Milliseconds() {
+		return rm
+	}
+	v, _, _ := e.first.Do("seal", func() (any, error) {
+		if held := e.room.Load(); held != nil && held.Prequeue >= 0 {
+			return held, nil // sealed by a read that finished as this one began
+		}
+		at := r.now()
+		e.sealed.Store(at.UnixMilli())
+		got, err := r.read(r.again, id)
+		if err != nil {
+			return nil, err
+		}
+		r.store(e, got, at)
+		return e.room.Load(), nil
+	})
+	if got, _ := v.(*sale.Room); got != nil {
+		return got
+	}
+	return rm
 }
 
 // peek returns what is held of the room of id, or nil, without reading

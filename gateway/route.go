@@ -60,6 +60,7 @@ const (
 	routeJoin
 	routePoll
 	routePage
+	routeProof
 )
 
 // endpoint is one row of a routing table: a method and a path pattern of
@@ -77,6 +78,7 @@ var publicRoutes = newRouter([]endpoint{
 	{routeOrderStatus, "GET", "/v1/sales/{sale}/orders/{order}"},
 	{routeJoin, "POST", "/v1/sales/{sale}/queue"},
 	{routePoll, "GET", "/v1/sales/{sale}/queue"},
+	{routeProof, "GET", "/v1/sales/{sale}/queue/proof"},
 	{routePage, "GET", "/s/{sale}"},
 	{routeHealthz, "GET", "/healthz"},
 	{routeHealthz, "GET", "/livez"},

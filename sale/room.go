@@ -102,8 +102,11 @@ type Room struct {
 	Start    int64 // Unix ms: the window's start, 0 for an open start
 	End      int64 // Unix ms, 0 for an open end
 	SoldOut  bool
-	Clock    Clock
-	Key      *TicketKey // nil without a room
+	// Remaining is the units left when the room was read, as the public
+	// sale view says it (the queue view's remaining).
+	Remaining int64
+	Clock     Clock
+	Key       *TicketKey // nil without a room
 }
 
 // Admitted is the number of buyers let in at now: the head, up to the
@@ -128,7 +131,12 @@ func (s *Store) Room(ctx context.Context, sale string) (*Room, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newRoom(v.ID, v.StartsAt, v.EndsAt, v.Room, v.Remaining() <= 0)
+	r, err := newRoom(v.ID, v.StartsAt, v.EndsAt, v.Room, v.Remaining() <= 0)
+	if err != nil {
+		return nil, err
+	}
+	r.Remaining = max(v.Remaining(), 0)
+	return r, nil
 }
 
 // RoomOf reads the waiting room of sale with one HMGET of its meta hash,
@@ -163,7 +171,15 @@ func (s *Store) RoomOf(ctx context.Context, sale string) (*Room, error) {
 		}
 	}
 	w.Key, _ = m[14].(string)
-	return newRoom(sale, starts, num(3, 0), w, num(4, 1) <= 1 && num(0, 0)-num(1, 0) <= 0)
+	left := max(num(0, 0)-num(1, 0), 0)
+	r, err := newRoom(sale, starts, num(3, 0), w, num(4, 1) <= 1 && left <= 0)
+	if err != nil {
+		return nil, err
+	}
+	// A sale of several buckets: its home's count until the background's
+	// first read (Room), within a second.
+	r.Remaining = left
+	return r, nil
 }
 
 // newRoom is the Room of a script's reply.

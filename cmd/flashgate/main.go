@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"bench":     {"the flash-sale load generator and invariant checker", runBench},
 	"dlq":       {"the dead-letter queue: list, show N, requeue [--reason R] back to the orders exchange", runDLQ},
 	"admin":     {"talks to the admin API (sale create/show/restock/lock/unlock, scripts list/reload)", runAdmin},
+	"room":      {"the waiting room's lottery: verify --sale ID --seed S --prequeue N [--join J] recomputes places", runRoom},
 	"version":   {"prints version, commit and Go version", runVersion},
 }
 
