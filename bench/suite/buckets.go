@@ -108,7 +108,7 @@ func (s *suite) measureBuckets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer cl.close(s)
+	defer cl.close()
 	var (
 		runs    []bucketRun
 		floors  []floorRun
@@ -147,14 +147,14 @@ func (s *suite) measureBuckets(ctx context.Context) error {
 			ob, oa, len(fr.turns), tb, ta, joinFloats(fr.turns, "%.2f"))
 		floors = append(floors, fr)
 	}
-	s.sections.buckets = bucketsSection(runs, floors, retried, cl.addrList(), s.o.bucketStock, loads, s.o.dur, time.Since(started))
+	s.sections.buckets = bucketsSection(runs, floors, retried, cl.addrs(), s.o.bucketStock, loads, s.o.dur, time.Since(started))
 	fmt.Fprint(os.Stderr, "\n"+s.sections.buckets)
 	return nil
 }
 
 // bucketRound starts a gateway on an empty cluster, creates one sale of k
 // buckets, and measures one run of buys on it.
-func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int) (bucketRun, error) {
+func (s *suite) bucketRound(ctx context.Context, cl *ownCluster, k, conns int) (bucketRun, error) {
 	r := bucketRun{k: k, conns: conns}
 	if err := cl.empty(ctx); err != nil {
 		return r, err
@@ -162,7 +162,7 @@ func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int)
 	const prefix = "bk"
 	// The buy path alone, as measureGateway: the relay finds no broker.
 	gw, err := s.launch(ctx, proc{log: fmt.Sprintf("buckets-gateway-k%d", k), args: []string{"gateway"}, cpu: cpuServer, prefix: prefix,
-		env: []string{"FLASHGATE_REDIS_ADDRS=" + strings.Join(cl.addrList(), ","), "FLASHGATE_AMQP_URL=" + s.svc.noBroker}})
+		env: []string{"FLASHGATE_REDIS_ADDRS=" + strings.Join(cl.addrs(), ","), "FLASHGATE_AMQP_URL=" + s.svc.noBroker}})
 	if err != nil {
 		return r, err
 	}
@@ -196,8 +196,8 @@ func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int)
 	}
 
 	for _, n := range cl.nodes {
-		if err := n.rdb.ConfigResetStat(ctx).Err(); err != nil {
-			return r, fmt.Errorf("%s: CONFIG RESETSTAT: %w", n.addr, err)
+		if err := cl.client(n.Addr).ConfigResetStat(ctx).Err(); err != nil {
+			return r, fmt.Errorf("%s: CONFIG RESETSTAT: %w", n.Addr, err)
 		}
 	}
 	before, err := cl.cpu(gw.Pid())
@@ -248,9 +248,9 @@ func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int)
 	r.p50, r.p99 = rep.All.P50, rep.All.P99
 	for i, n := range cl.nodes {
 		r.primary = append(r.primary, float64(after[i]-before[i])/float64(time.Microsecond)/float64(sold))
-		info, err := n.rdb.Info(ctx, "commandstats").Result()
+		info, err := cl.client(n.Addr).Info(ctx, "commandstats").Result()
 		if err != nil {
-			return r, fmt.Errorf("%s: INFO commandstats: %w", n.addr, err)
+			return r, fmt.Errorf("%s: INFO commandstats: %w", n.Addr, err)
 		}
 		r.calls = append(r.calls, parseCommandStats(info, sold)["EVALSHA"].calls)
 	}
@@ -263,8 +263,8 @@ func (s *suite) bucketRound(ctx context.Context, cl *localCluster, k, conns int)
 // (the names its home holds), and refuses buckets that share a primary: K
 // = 3 on fewer than 3 primaries would measure nothing of what buckets are
 // for.
-func (r *bucketRun) place(ctx context.Context, cl *localCluster, prefix, sale string) error {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+func (r *bucketRun) place(ctx context.Context, cl *ownCluster, prefix, sale string) error {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()})
 	defer cc.Close()
 	keys := scripts.Keys{Prefix: prefix}
 	lanes := []string{sale}
@@ -283,7 +283,7 @@ func (r *bucketRun) place(ctx context.Context, cl *localCluster, prefix, sale st
 		if err != nil {
 			return 0, fmt.Errorf("primary of %s: %w", key, err)
 		}
-		i := cl.node(n.Options().Addr)
+		i := cl.index(n.Options().Addr)
 		if i < 0 {
 			return 0, fmt.Errorf("primary of %s: %s is not a node of the cluster", key, n.Options().Addr)
 		}

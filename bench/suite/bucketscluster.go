@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,45 +20,13 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// clusterNode is one primary of the suite's cluster.
-type clusterNode struct {
-	addr, bus string // client and cluster-bus addresses
-	srv       *localstack.RedisServer
-	rdb       *redis.Client
-}
-
-// localCluster is the suite's own Redis Cluster.
-type localCluster struct {
-	dir   string
-	nodes []*clusterNode
-}
-
-func (c *localCluster) addrList() []string {
-	addrs := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		addrs[i] = n.addr
-	}
-	return addrs
-}
-
-// close stops the nodes and removes their data.
-func (c *localCluster) close(s *suite) {
-	for _, n := range c.nodes {
-		if n.rdb != nil {
-			n.rdb.Close()
-		}
-		n.srv.Stop()
-	}
-	os.RemoveAll(c.dir)
-}
-
 // startCluster starts the suite's cluster (localstack.StartRedisCluster,
 // the one launcher of a private cluster): clusterPrimaries nodes on free
 // ports, on every CPU as the suite's other servers, set up as
 // deploy/local/cluster.sh sets up the nodes of `make up-cluster`, with no
 // automatic AOF rewrite (its fork would weigh on one round alone; each
 // round's start rewrites it instead).
-func (s *suite) startCluster(ctx context.Context) (*localCluster, error) {
+func (s *suite) startCluster(ctx context.Context) (*ownCluster, error) {
 	dir, err := os.MkdirTemp(".run/bench", "buckets-")
 	if err != nil {
 		return nil, err
@@ -73,73 +40,7 @@ func (s *suite) startCluster(ctx context.Context) (*localCluster, error) {
 		return nil, err
 	}
 	s.servers = append(s.servers, rc.Nodes...)
-	c := &localCluster{dir: dir}
-	for _, srv := range rc.Nodes {
-		c.nodes = append(c.nodes, &clusterNode{addr: srv.Addr, bus: srv.Bus, srv: srv, rdb: redis.NewClient(&redis.Options{Addr: srv.Addr})})
-	}
-	return c, nil
-}
-
-// empty deletes every key and rewrites each node's AOF (outside what is
-// measured), so that each round starts from the same empty cluster and no
-// AOF grows over the rounds.
-func (c *localCluster) empty(ctx context.Context) error {
-	for _, n := range c.nodes {
-		if err := n.rdb.FlushAll(ctx).Err(); err != nil {
-			return fmt.Errorf("%s: FLUSHALL: %w", n.addr, err)
-		}
-		if err := n.rdb.BgRewriteAOF(ctx).Err(); err != nil && !strings.Contains(err.Error(), "in progress") {
-			return fmt.Errorf("%s: BGREWRITEAOF: %w", n.addr, err)
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.nodes {
-		for {
-			info, err := n.rdb.Info(ctx, "persistence").Result()
-			if err != nil {
-				return fmt.Errorf("%s: INFO persistence: %w", n.addr, err)
-			}
-			if strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: the AOF rewrite did not finish in 30 s", n.addr)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return nil
-}
-
-// cpu reads every node's CPU and the gateway's (pid; 0 for none), the
-// gateway last.
-func (c *localCluster) cpu(gateway int) ([]time.Duration, error) {
-	var out []time.Duration
-	for _, n := range c.nodes {
-		d, err := procCPU(n.srv.Pid())
-		if err != nil {
-			return nil, fmt.Errorf("redis-server %s: %w", n.addr, err)
-		}
-		out = append(out, d)
-	}
-	if gateway > 0 {
-		d, err := procCPU(gateway)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// node is the index of the node whose address is addr, -1 for none.
-func (c *localCluster) node(addr string) int {
-	for i, n := range c.nodes {
-		if n.addr == addr {
-			return i
-		}
-	}
-	return -1
+	return newOwnCluster(dir, rc.Nodes, redis.Options{}), nil
 }
 
 // The machine's floor under K = 3 ÷ K = 1: the same reserve script calls,
@@ -161,12 +62,12 @@ const (
 type floorRun struct{ one, turns []float64 }
 
 // rotationFloor measures one floorRun on an empty cluster.
-func (s *suite) rotationFloor(ctx context.Context, cl *localCluster) (floorRun, error) {
+func (s *suite) rotationFloor(ctx context.Context, cl *ownCluster) (floorRun, error) {
 	var fr floorRun
 	if err := cl.empty(ctx); err != nil {
 		return fr, err
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()})
 	defer cc.Close()
 	keys := scripts.Keys{Prefix: "floor"}
 	loader := scripts.New(cc, "", keys)
@@ -187,7 +88,7 @@ func (s *suite) rotationFloor(ctx context.Context, cl *localCluster) (floorRun, 
 		if err != nil {
 			return fr, fmt.Errorf("floor: primary of %s: %w", sale, err)
 		}
-		if j := cl.node(n.Options().Addr); j >= 0 && sales[j] == "" {
+		if j := cl.index(n.Options().Addr); j >= 0 && sales[j] == "" {
 			sales[j] = sale
 			found++
 		}

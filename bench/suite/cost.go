@@ -80,18 +80,14 @@ func cpuOf(procs []cpuProc) (map[string]time.Duration, error) {
 
 // stackProcs are the local stack's servers (their pid files, see
 // deploy/local/service.sh) and this process, the load client.
-func stackProcs() ([]cpuProc, error) {
+func (s *suite) stackProcs() ([]cpuProc, error) {
 	procs := []cpuProc{{procClient, os.Getpid()}}
-	for _, s := range []struct{ name, file, comm string }{
-		{procRedis, ".run/redis/redis.pid", "redis-server"},
-		{procRabbit, ".run/rabbitmq/rabbitmq.pid", "beam.smp"},
-		{procMariaDB, ".run/mariadb/mariadbd.pid", "mariadbd"},
-	} {
-		pid, err := servicePID(s.file, s.comm)
+	for _, sv := range s.svc.servers {
+		pid, err := servicePID(sv.file, sv.comm)
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, cpuProc{s.name, pid})
+		procs = append(procs, cpuProc{sv.name, pid})
 	}
 	return procs, nil
 }
@@ -200,7 +196,7 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 	defer s.dropQueue(prefix)
 	extra := []string{"FLASHGATE_MYSQL_DSN=" + dsn, "FLASHGATE_AMQP_EXCHANGE=" + prefix, "FLASHGATE_AMQP_QUEUE=" + prefix}
 
-	procs, err := stackProcs()
+	procs, err := s.stackProcs()
 	if err != nil {
 		return err
 	}

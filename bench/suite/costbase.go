@@ -78,7 +78,7 @@ func (s *suite) costBare(ctx context.Context, rate float64) (server, client floa
 // messages of an order's size to a fresh quorum queue, as the relay's:
 // published with confirms, then consumed with acks), and its publish rate.
 func (s *suite) costBroker(ctx context.Context) (perMsg, publish float64, err error) {
-	procs, err := stackProcs()
+	procs, err := s.stackProcs()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -126,7 +126,7 @@ func (s *suite) costMariaDB(ctx context.Context) (float64, error) {
 	}
 	query := "INSERT INTO orders (order_id, sale_id, user_id, quantity, reserved_at, state, pay_by) VALUES " +
 		strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?),", mariaBatch), ",")
-	procs, err := stackProcs()
+	procs, err := s.stackProcs()
 	if err != nil {
 		return 0, err
 	}
@@ -246,7 +246,7 @@ func (s *suite) costLean(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	procs, err := stackProcs()
+	procs, err := s.stackProcs()
 	if err != nil {
 		return 0, err
 	}

@@ -161,7 +161,7 @@ func (s *suite) measureFailover(ctx context.Context) error {
 
 // failoverRound creates the round's sales (foPerPrimary on each primary),
 // starts the load, kills the primary of the first sale, and measures.
-func (s *suite) failoverRound(ctx context.Context, cl *foCluster, prefix, public, admin string, round int) (foRound, error) {
+func (s *suite) failoverRound(ctx context.Context, cl *ownCluster, prefix, public, admin string, round int) (foRound, error) {
 	var r foRound
 	primaries, err := cl.primaries(ctx)
 	if err != nil {
@@ -219,10 +219,11 @@ func (s *suite) failoverRound(ctx context.Context, cl *foCluster, prefix, public
 		}
 	}
 
-	victim := cl.node(r.victim)
-	if victim == nil {
+	i := cl.index(r.victim)
+	if i < 0 {
 		return r, fmt.Errorf("primary %s is not a node of the cluster", r.victim)
 	}
+	victim := cl.nodes[i]
 	killedAt := time.Now()
 	if err := victim.Kill(); err != nil {
 		return r, fmt.Errorf("kill -9 of %s: %w", r.victim, err)

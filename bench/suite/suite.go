@@ -35,10 +35,18 @@ type services struct {
 	// given it measures the buy path alone, its relay waiting instead of
 	// forwarding every order at the same time.
 	noBroker string
+	// servers are the local stack's server processes, for their CPU: the
+	// pid files deploy/local/service.sh writes, and each one's command.
+	servers []struct{ name, file, comm string }
 }
 
 func localServices() services {
-	return services{redis: localstack.RedisAddr, amqp: localstack.AMQPURL, noBroker: "amqp://guest:guest@127.0.0.1:1/"}
+	return services{redis: localstack.RedisAddr, amqp: localstack.AMQPURL, noBroker: "amqp://guest:guest@127.0.0.1:1/",
+		servers: []struct{ name, file, comm string }{
+			{procRedis, ".run/redis/redis.pid", "redis-server"},
+			{procRabbit, ".run/rabbitmq/rabbitmq.pid", "beam.smp"},
+			{procMariaDB, ".run/mariadb/mariadbd.pid", "mariadbd"},
+		}}
 }
 
 type suite struct {
