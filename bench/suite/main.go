@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -150,8 +151,11 @@ func partList() string {
 
 func main() {
 	o, err := parseOptions(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
-		os.Exit(2)
+		os.Exit(2) // the flag set has said why
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	err = run(ctx, o)
