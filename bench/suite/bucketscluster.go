@@ -33,8 +33,7 @@ func (s *suite) startCluster(ctx context.Context) (*ownCluster, error) {
 	}
 	rc, err := localstack.StartRedisCluster(ctx, localstack.ClusterOptions{Dir: dir, Primaries: clusterPrimaries,
 		Command: func(name string, args ...string) *exec.Cmd { return pinned(cpuEvery, name, args...) },
-		Args: []string{"--cluster-node-timeout", "5000",
-			"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+		Args:    append([]string{"--cluster-node-timeout", "5000"}, aofEverysec...)})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

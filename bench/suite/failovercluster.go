@@ -27,9 +27,8 @@ func (s *suite) startFailoverCluster(ctx context.Context, dir string) (*ownClust
 	cl := newOwnCluster("", nil, redis.Options{MaxRetries: -1,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 	args := []string{"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-		"--cluster-replica-validity-factor", "0",
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+		"--cluster-replica-validity-factor", "0"}
+	args = append(append(args, aofEverysec...), disklessSync...)
 	for i := range foNodes {
 		n, err := s.startRedis(ctx, localstack.RedisOptions{Dir: filepath.Join(dir, strconv.Itoa(i)), Cluster: true, Args: args})
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,8 +97,7 @@ func (s *suite) measureReplicated(ctx context.Context) error {
 	defer os.RemoveAll(dir)
 	// As zero-loss mode's Redis (AOF everysec, no RDB, no automatic AOF
 	// rewrite), and a full synchronisation sent at once, from memory.
-	common := []string{"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+	common := slices.Concat(aofEverysec, disklessSync)
 	primary, err := s.startRedis(ctx, localstack.RedisOptions{Dir: filepath.Join(dir, "primary"), Args: common})
 	if err != nil {
 		return fmt.Errorf("the suite's primary: %w", err)

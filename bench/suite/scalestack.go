@@ -38,8 +38,7 @@ func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { os.RemoveAll(dir) })
-	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: []string{
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: aofEverysec})
 	if err != nil {
 		return nil, cleanup, fmt.Errorf("the suite's redis-server: %w", err)
 	}

@@ -190,6 +190,15 @@ func (s *suite) startRedis(ctx context.Context, o localstack.RedisOptions) (*loc
 	return r, nil
 }
 
+// The settings of the suite's own redis-servers: as deploy/local/service.sh
+// configures the local Redis (AOF everysec, no RDB), with no automatic AOF
+// rewrite (a rewrite's fork in the middle of one run would weigh on that
+// run alone); a replica's full synchronisation sent at once, from memory.
+var (
+	aofEverysec  = []string{"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}
+	disklessSync = []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+)
+
 // machineCPUs counts the machine's CPUs, not this process's (which the
 // Makefile pins to one).
 func machineCPUs() int {

@@ -58,8 +58,7 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 	// As deploy/local/service.sh configures the local Redis (AOF, no RDB),
 	// with no automatic AOF rewrite: a rewrite's fork in the middle of one
 	// of the runs would weigh on that run alone.
-	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: []string{
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: aofEverysec})
 	if err != nil {
 		return fmt.Errorf("the suite's redis-server: %w", err)
 	}
