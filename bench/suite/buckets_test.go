@@ -116,13 +116,13 @@ func TestLocalCluster(t *testing.T) {
 	closed := false
 	defer func() {
 		if !closed {
-			cl.close(s)
+			cl.close()
 		}
 	}()
 	if len(cl.nodes) != clusterPrimaries {
 		t.Fatalf("%d nodes", len(cl.nodes))
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrList()})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()})
 	defer cc.Close()
 	const keys = 300
 	for i := range keys {
@@ -132,12 +132,12 @@ func TestLocalCluster(t *testing.T) {
 	}
 	var total int64
 	for _, n := range cl.nodes {
-		size, err := n.rdb.DBSize(ctx).Result()
+		size, err := cl.client(n.Addr).DBSize(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if size == 0 {
-			t.Errorf("node %s holds no key of %d", n.addr, keys)
+			t.Errorf("node %s holds no key of %d", n.Addr, keys)
 		}
 		total += size
 	}
@@ -151,15 +151,15 @@ func TestLocalCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range cl.nodes {
-		if size, err := n.rdb.DBSize(ctx).Result(); err != nil || size != 0 {
-			t.Errorf("node %s after empty: %d keys, %v", n.addr, size, err)
+		if size, err := cl.client(n.Addr).DBSize(ctx).Result(); err != nil || size != 0 {
+			t.Errorf("node %s after empty: %d keys, %v", n.Addr, size, err)
 		}
 	}
-	cl.close(s)
+	cl.close()
 	closed = true
 	for _, n := range cl.nodes {
-		if n.srv.Running() {
-			t.Errorf("node %s still running after close", n.addr)
+		if n.Running() {
+			t.Errorf("node %s still running after close", n.Addr)
 		}
 	}
 	if _, err := os.Stat(cl.dir); !os.IsNotExist(err) {

@@ -55,7 +55,7 @@ func TestProcCPU(t *testing.T) {
 
 func TestMedian(t *testing.T) {
 	runs := []*costRun{{rate: 3}, {rate: 1}, {rate: 2}, {rate: 10}}
-	mid, lo, hi := median(runs, func(r *costRun) float64 { return r.rate })
+	mid, lo, hi := medianOfRuns(runs, func(r *costRun) float64 { return r.rate })
 	if mid != 2.5 || lo != 1 || hi != 10 {
 		t.Errorf("median %v (%v–%v), want 2.5 (1–10)", mid, lo, hi)
 	}

@@ -26,7 +26,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -36,11 +35,6 @@ import (
 
 	adminapi "github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/scripts"
-)
-
-var (
-	failoverRuns = flag.Int("failover-runs", 2, "rounds of the failover measurement (each a kill -9 of the primary of one sale under load); the report gives each round and the medians")
-	skipFailover = flag.Bool("skip-failover", false, "skip the failover measurement (kill -9 of a primary of a Redis Cluster with replicas, of the suite's own)")
 )
 
 const (
@@ -98,11 +92,7 @@ func (r foRound) sinceKill() time.Duration { return r.first202 - r.promotion }
 // measureFailover is the failover part: a cluster with replicas, a gateway
 // and a consumer of its own, -failover-runs rounds, then the section.
 func (s *suite) measureFailover(ctx context.Context) error {
-	if *skipFailover {
-		s.notes = append(s.notes, "failover skipped (-skip-failover)")
-		return nil
-	}
-	if *failoverRuns < 1 {
+	if s.o.failoverRuns < 1 {
 		return errors.New("-failover-runs must be at least 1")
 	}
 	started := time.Now()
@@ -124,38 +114,31 @@ func (s *suite) measureFailover(ctx context.Context) error {
 		return err
 	}
 
-	dsn, drop, err := s.scratchDB(ctx, "failover")
+	dsn, drop, err := s.scratchDB(ctx)
 	if err != nil {
 		return err
 	}
 	defer drop()
-	prefix := fmt.Sprintf("fo%d", time.Now().UnixNano()%1e9)
-	defer dropQueue(prefix)
+	prefix := newPrefix("fo")
+	defer s.dropQueue(prefix)
 	env := []string{"FLASHGATE_REDIS_ADDRS=" + strings.Join(cl.addrs(), ","), "FLASHGATE_MYSQL_DSN=" + dsn,
 		"FLASHGATE_AMQP_EXCHANGE=" + prefix, "FLASHGATE_AMQP_QUEUE=" + prefix}
-	metrics := freeAddr()
-	consumer := pinned(everyCPU(), s.bin, "consumer")
-	consumer.Env = gatewayEnv("127.0.0.1:0", "127.0.0.1:0", prefix, append(slices.Clone(env), "FLASHGATE_CONSUMER_METRICS_ADDR="+metrics))
-	if err := s.start(consumer, "failover-consumer"); err != nil {
-		return err
-	}
-	defer s.stop(consumer)
-	if err := waitHTTP(ctx, "http://"+metrics+"/healthz"); err != nil {
+	metrics := freeAddrs(1)[0]
+	consumer, err := s.launch(ctx, proc{log: "failover-consumer", args: []string{"consumer"}, cpu: cpuEvery, prefix: prefix,
+		env: append(slices.Clone(env), "FLASHGATE_CONSUMER_METRICS_ADDR="+metrics), ready: "http://" + metrics + "/healthz"})
+	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
-	public, admin := freePair()
-	gw := pinned("0", s.bin, "gateway")
-	gw.Env = gatewayEnv(public, admin, prefix, env)
-	if err := s.start(gw, "failover-gateway"); err != nil {
-		return err
-	}
-	defer s.stop(gw)
-	if err := waitHTTP(ctx, "http://"+public+"/readyz"); err != nil {
+	defer consumer.Stop()
+	gp, err := s.launch(ctx, proc{log: "failover-gateway", args: []string{"gateway"}, cpu: cpuServer, prefix: prefix, env: env})
+	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
+	defer gp.Stop()
+	public, admin := gp.Public, gp.Admin
 
 	var rounds []foRound
-	for round := range *failoverRuns {
+	for round := range s.o.failoverRuns {
 		if round > 0 {
 			if err := cl.waitHealthy(ctx); err != nil {
 				return fmt.Errorf("failover, before round %d: %w", round+1, err)
@@ -171,14 +154,14 @@ func (s *suite) measureFailover(ctx context.Context) error {
 			r.baseAll.Round(time.Millisecond), r.baseSale.Round(time.Millisecond))
 		rounds = append(rounds, r)
 	}
-	s.failover = failoverSection(rounds, time.Since(started))
-	fmt.Fprint(os.Stderr, "\n"+s.failover)
+	s.sections.failover = failoverSection(rounds, time.Since(started))
+	fmt.Fprint(os.Stderr, "\n"+s.sections.failover)
 	return nil
 }
 
 // failoverRound creates the round's sales (foPerPrimary on each primary),
 // starts the load, kills the primary of the first sale, and measures.
-func (s *suite) failoverRound(ctx context.Context, cl *foCluster, prefix, public, admin string, round int) (foRound, error) {
+func (s *suite) failoverRound(ctx context.Context, cl *ownCluster, prefix, public, admin string, round int) (foRound, error) {
 	var r foRound
 	primaries, err := cl.primaries(ctx)
 	if err != nil {
@@ -236,10 +219,11 @@ func (s *suite) failoverRound(ctx context.Context, cl *foCluster, prefix, public
 		}
 	}
 
-	victim := cl.node(r.victim)
-	if victim == nil {
+	i := cl.index(r.victim)
+	if i < 0 {
 		return r, fmt.Errorf("primary %s is not a node of the cluster", r.victim)
 	}
+	victim := cl.nodes[i]
 	killedAt := time.Now()
 	if err := victim.Kill(); err != nil {
 		return r, fmt.Errorf("kill -9 of %s: %w", r.victim, err)

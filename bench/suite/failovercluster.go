@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -20,31 +19,22 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
-// foCluster is the part's Redis Cluster: foNodes nodes of the suite's own,
-// and a client of each (for CLUSTER and INFO calls to that node alone).
-type foCluster struct {
-	nodes   []*localstack.RedisServer
-	clients map[string]*redis.Client
-}
-
 // startFailoverCluster starts foNodes cluster-mode nodes under dir and
 // forms them into three primaries with a replica each (redis-cli --cluster
 // create --cluster-replicas 1), then waits until it is healthy. The nodes
 // started are returned with an error too, for the caller to stop.
-func (s *suite) startFailoverCluster(ctx context.Context, dir string) (*foCluster, error) {
-	cl := &foCluster{clients: map[string]*redis.Client{}}
+func (s *suite) startFailoverCluster(ctx context.Context, dir string) (*ownCluster, error) {
+	cl := newOwnCluster("", nil, redis.Options{MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 	args := []string{"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no",
-		"--cluster-replica-validity-factor", "0",
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+		"--cluster-replica-validity-factor", "0"}
+	args = append(append(args, aofEverysec...), disklessSync...)
 	for i := range foNodes {
 		n, err := s.startRedis(ctx, localstack.RedisOptions{Dir: filepath.Join(dir, strconv.Itoa(i)), Cluster: true, Args: args})
 		if err != nil {
 			return cl, fmt.Errorf("cluster node %d: %w", i, err)
 		}
-		cl.nodes = append(cl.nodes, n)
-		cl.clients[n.Addr] = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1,
-			DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+		cl.add(n)
 	}
 	cctx, cancel := context.WithTimeout(ctx, foHealWait)
 	defer cancel()
@@ -56,41 +46,9 @@ func (s *suite) startFailoverCluster(ctx context.Context, dir string) (*foCluste
 	return cl, cl.waitHealthy(ctx)
 }
 
-func (c *foCluster) addrs() []string {
-	a := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		a[i] = n.Addr
-	}
-	return a
-}
-
-func (c *foCluster) client(addr string) *redis.Client { return c.clients[addr] }
-
-// node is the server on addr, nil for none.
-func (c *foCluster) node(addr string) *localstack.RedisServer {
-	for _, n := range c.nodes {
-		if n.Addr == addr {
-			return n
-		}
-	}
-	return nil
-}
-
-// close stops the nodes (their data goes with the part's folder).
-func (c *foCluster) close() {
-	for _, cl := range c.clients {
-		cl.Close()
-	}
-	for _, n := range c.nodes {
-		if err := n.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "failover:", err)
-		}
-	}
-}
-
 // primaries is the cluster's shards as the first node that answers sees
 // them.
-func (c *foCluster) primaries(ctx context.Context) ([]redis.ClusterShard, error) {
+func (c *ownCluster) primaries(ctx context.Context) ([]redis.ClusterShard, error) {
 	var last error
 	for _, n := range c.nodes {
 		if !n.Running() {
@@ -108,7 +66,7 @@ func (c *foCluster) primaries(ctx context.Context) ([]redis.ClusterShard, error)
 // views asks every node but skip (the killed one) for the primary of slot
 // (CLUSTER SHARDS): each one's answer ("" for none, or no answer), and the
 // primary all of them name when they agree on one other than skip.
-func (c *foCluster) views(ctx context.Context, slot int64, skip string) ([]string, string) {
+func (c *ownCluster) views(ctx context.Context, slot int64, skip string) ([]string, string) {
 	var views []string
 	agreed, ok := "", true
 	for _, n := range c.nodes {
@@ -158,7 +116,7 @@ func primaryOfSlot(shards []redis.ClusterShard, slot int64) string {
 // waitHealthy waits, within foHealWait, until every node says the cluster
 // is ok with foNodes nodes and every slot served, and each of the
 // foPrimaries primaries has a replica online at its offset.
-func (c *foCluster) waitHealthy(ctx context.Context) error {
+func (c *ownCluster) waitHealthy(ctx context.Context) error {
 	deadline := time.Now().Add(foHealWait)
 	for {
 		err := c.healthy(ctx)
@@ -172,7 +130,7 @@ func (c *foCluster) waitHealthy(ctx context.Context) error {
 	}
 }
 
-func (c *foCluster) healthy(ctx context.Context) error {
+func (c *ownCluster) healthy(ctx context.Context) error {
 	for _, n := range c.nodes {
 		info, err := c.client(n.Addr).ClusterInfo(ctx).Result()
 		if err != nil {

@@ -29,8 +29,8 @@ func TestWritePicture(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "docs")
 			out := filepath.Join(dir, "benchmarks.md")
-			s := &suite{picture: tt.picture, conns: 1, dur: time.Second}
-			if err := s.write(out, "", time.Second); err != nil {
+			s := &suite{picture: tt.picture, o: options{conns: 1, dur: time.Second}}
+			if err := s.write(out, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			md, err := os.ReadFile(out)

@@ -18,10 +18,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +30,6 @@ import (
 
 	"github.com/flashgate/flashgate/bench"
 	"github.com/flashgate/flashgate/internal/localstack"
-)
-
-var (
-	replicatedRuns = flag.Int("replicated-runs", 3, "rounds of the replicated-mode measurement (each min_replicas 0 and 1, in alternating order); the report gives medians")
-	skipReplicated = flag.Bool("skip-replicated", false, "skip the replicated-mode measurement (min_replicas 1 vs 0 on a primary and replica of the suite's own)")
 )
 
 // Rows of the replicated group; the replicated row is compared with the
@@ -91,11 +86,7 @@ func replFiguresOf(runs []replRun, replicas int) replFigures {
 // its own, then -replicated-runs rounds of both modes, then two rows of
 // the main table and the section.
 func (s *suite) measureReplicated(ctx context.Context) error {
-	if *skipReplicated {
-		s.notes = append(s.notes, "replicated mode skipped (-skip-replicated)")
-		return nil
-	}
-	if *replicatedRuns < 1 {
+	if s.o.replicatedRuns < 1 {
 		return errors.New("-replicated-runs must be at least 1")
 	}
 	started := time.Now()
@@ -106,8 +97,7 @@ func (s *suite) measureReplicated(ctx context.Context) error {
 	defer os.RemoveAll(dir)
 	// As zero-loss mode's Redis (AOF everysec, no RDB, no automatic AOF
 	// rewrite), and a full synchronisation sent at once, from memory.
-	common := []string{"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", "",
-		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+	common := slices.Concat(aofEverysec, disklessSync)
 	primary, err := s.startRedis(ctx, localstack.RedisOptions{Dir: filepath.Join(dir, "primary"), Args: common})
 	if err != nil {
 		return fmt.Errorf("the suite's primary: %w", err)
@@ -126,7 +116,7 @@ func (s *suite) measureReplicated(ctx context.Context) error {
 	}
 
 	var runs []replRun
-	for round := range *replicatedRuns {
+	for round := range s.o.replicatedRuns {
 		order := []int{0, 1}
 		if round%2 == 1 {
 			order = []int{1, 0}
@@ -142,11 +132,11 @@ func (s *suite) measureReplicated(ctx context.Context) error {
 		}
 	}
 	def, on := replFiguresOf(runs, 0), replFiguresOf(runs, 1)
-	s.add(row{group: groupReplicated, name: rowReplDefault, value: def.rate, unit: "orders/s", p50: def.p50, p99: def.p99})
+	base := s.add(row{group: groupReplicated, name: rowReplDefault, value: def.rate, unit: "orders/s", p50: def.p50, p99: def.p99})
 	s.add(row{group: groupReplicated, name: rowReplOn, value: on.rate, unit: "orders/s", p50: on.p50, p99: on.p99,
-		baseline: rowReplDefault, target: targetReplicated})
-	s.replicated = replicatedSection(def, on, fsType(dir), s.conns, s.dur, time.Since(started))
-	fmt.Fprint(os.Stderr, "\n"+s.replicated)
+		baseline: base, target: targetReplicated})
+	s.sections.replicated = replicatedSection(def, on, fsType(dir), s.o.conns, s.o.dur, time.Since(started))
+	fmt.Fprint(os.Stderr, "\n"+s.sections.replicated)
 	return nil
 }
 
@@ -164,25 +154,17 @@ func (s *suite) replicatedRun(ctx context.Context, rdb *redis.Client, primary, r
 	if err := waitReplicaOnline(ctx, rdb, replica); err != nil {
 		return r, err
 	}
-	public, admin := freePair()
-	prefix := fmt.Sprintf("repl%d", time.Now().UnixNano()%1e9)
-	cmd := pinned("0", s.bin, "gateway")
-	cmd.Env = gatewayEnv(public, admin, prefix, []string{"FLASHGATE_REDIS_ADDRS=" + primary,
-		"FLASHGATE_REDIS_MIN_REPLICAS=" + strconv.Itoa(n),
-		// The buy path alone, as measureGateway: the relay finds no broker.
-		"FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"})
-	if err := s.start(cmd, "replicated-gateway-"+strconv.Itoa(n)); err != nil {
+	g, stop, err := s.ownRedisGateway(ctx, "replicated-gateway-"+strconv.Itoa(n), "repl", primary,
+		"FLASHGATE_REDIS_MIN_REPLICAS="+strconv.Itoa(n))
+	if err != nil {
 		return r, err
 	}
-	defer s.stop(cmd)
-	if err := waitHTTP(ctx, "http://"+public+"/readyz"); err != nil {
-		return r, err
-	}
+	defer stop()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		return r, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
-	rep, err := bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
-		Stock: 1_000_000_000, Users: 1_000_000_000, Conns: s.conns, Duration: s.dur})
+	rep, err := bench.Run(ctx, bench.Options{URL: g.public, AdminURL: g.admin, NoMySQL: true, NoKeys: true,
+		Stock: 1_000_000_000, Users: 1_000_000_000, Conns: s.o.conns, Duration: s.o.dur})
 	if err != nil {
 		return r, err
 	}
@@ -251,35 +233,6 @@ func waitReplicaOnline(ctx context.Context, rdb *redis.Client, replica string) e
 	}
 }
 
-// replicaState reads a primary's INFO replication: the state and offset of
-// the replica on addr ("" when it is not listed).
-func replicaState(info, addr string) (state, offset string) {
-	for i := 0; ; i++ {
-		v := infoValue(info, "slave"+strconv.Itoa(i))
-		if v == "" {
-			return "", ""
-		}
-		f := map[string]string{}
-		for kv := range strings.SplitSeq(v, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			f[k] = val
-		}
-		if f["ip"]+":"+f["port"] == addr {
-			return f["state"], f["offset"]
-		}
-	}
-}
-
-// infoValue is one field of an INFO answer, "" when absent.
-func infoValue(info, name string) string {
-	for line := range strings.Lines(info) {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == name {
-			return v
-		}
-	}
-	return ""
-}
-
 // portOf is the port of a host:port address.
 func portOf(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
@@ -341,13 +294,4 @@ func signed(d time.Duration) string {
 		return "+" + d.Round(time.Microsecond).String()
 	}
 	return "−" + (-d).Round(time.Microsecond).String()
-}
-
-// eachRun lists the figures of each run, in the order run.
-func eachRun(v []float64, format string) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprintf(format, x)
-	}
-	return strings.Join(s, ", ")
 }

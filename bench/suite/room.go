@@ -27,7 +27,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -37,12 +36,6 @@ import (
 
 	adminapi "github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/bench"
-)
-
-var (
-	roomRuns  = flag.Int("room-runs", 3, "rounds of the waiting-room measurement (bare polls, reserve path, joins and polls, with and without buyer authentication); the report gives medians")
-	roomUsers = flag.Int("room-users", 5000, "buyers of each fairness run of the waiting-room measurement (fifo and random)")
-	skipRoom  = flag.Bool("skip-room", false, "skip the waiting-room measurement")
 )
 
 const (
@@ -57,9 +50,7 @@ const (
 	targetJoins = 0.5
 )
 
-// Names of the waiting room's rows, unlike every other row's (a baseline
-// is found by its name; measureAuth has a sold-out row with authentication
-// of its own).
+// Names of the waiting room's rows.
 const (
 	rowRoomBare     = "bare fasthttp handler, queue view (ceiling of a poll)"
 	rowRoomReserve  = "gateway, reserve path (accepted buys, no waiting room)"
@@ -79,11 +70,7 @@ type roomFig struct {
 // measureRoom is the waiting-room part: -room-runs rounds, the fairness
 // runs, then the rows of the main table and the section.
 func (s *suite) measureRoom(ctx context.Context) error {
-	if *skipRoom {
-		s.notes = append(s.notes, "waiting room skipped (-skip-room)")
-		return nil
-	}
-	if *roomRuns < 1 || *roomUsers < 100 {
+	if s.o.roomRuns < 1 || s.o.roomUsers < 100 {
 		return errors.New("-room-runs must be at least 1 and -room-users at least 100")
 	}
 	var key [24]byte
@@ -93,7 +80,7 @@ func (s *suite) measureRoom(ctx context.Context) error {
 	secret := hex.EncodeToString(key[:])
 	auth := []string{"FLASHGATE_BUYER_JWT_SECRET=" + secret}
 	figs := map[string][]roomFig{}
-	for round := range *roomRuns {
+	for round := range s.o.roomRuns {
 		add := func(name string, f roomFig) {
 			figs[name] = append(figs[name], f)
 			fmt.Fprintf(os.Stderr, "waiting room, round %d: %-70s %10.0f/s p50 %v p99 %v\n", round+1, name, f.v, f.p50, f.p99)
@@ -103,7 +90,7 @@ func (s *suite) measureRoom(ctx context.Context) error {
 			return fmt.Errorf("round %d, bare polls: %w", round+1, err)
 		}
 		add(rowRoomBare, bare)
-		rep, err := s.measureGateway(ctx, "room-reserve", nil, bench.Options{Stock: 1_000_000_000, Users: 1_000_000_000})
+		rep, err := s.measureGateway(ctx, "room-reserve", nil, activeSale)
 		if err != nil {
 			return fmt.Errorf("round %d, reserve path: %w", round+1, err)
 		}
@@ -114,7 +101,9 @@ func (s *suite) measureRoom(ctx context.Context) error {
 		}
 		add(rowRoomJoins, joins)
 		add(rowRoomPolls, polls)
-		rep, err = s.measureGateway(ctx, "room-auth-sold-out", auth, bench.Options{Stock: 0, Users: 1_000_000_000, JWTSecret: secret})
+		so := soldOutSale
+		so.JWTSecret = secret
+		rep, err = s.measureGateway(ctx, "room-auth-sold-out", auth, so)
 		if err != nil {
 			return fmt.Errorf("round %d, sold-out path with authentication: %w", round+1, err)
 		}
@@ -129,25 +118,24 @@ func (s *suite) measureRoom(ctx context.Context) error {
 		add(rowRoomJoinAuth, joins)
 		add(rowRoomPollAuth, polls)
 	}
-	const group = "waiting room"
-	row := func(name, baseline string, target float64) {
+	add := func(name string, baseline *row, target float64) *row {
 		m := medianFig(figs[name])
-		s.add(row{group: group, name: name, value: m.v, unit: "req/s", p50: m.p50, p99: m.p99, baseline: baseline, target: target})
+		return s.add(row{group: "waiting room", name: name, value: m.v, unit: "req/s", p50: m.p50, p99: m.p99, baseline: baseline, target: target})
 	}
-	row(rowRoomBare, "", 0)
-	row(rowRoomPolls, rowRoomBare, targetPolls)
-	row(rowRoomReserve, "", 0)
-	row(rowRoomJoins, rowRoomReserve, targetJoins)
-	row(rowRoomSoldAuth, "", 0)
-	row(rowRoomPollAuth, rowRoomSoldAuth, targetPolls)
-	row(rowRoomJoinAuth, rowRoomSoldAuth, targetJoins)
+	bare := add(rowRoomBare, nil, 0)
+	add(rowRoomPolls, bare, targetPolls)
+	reserve := add(rowRoomReserve, nil, 0)
+	add(rowRoomJoins, reserve, targetJoins)
+	soldAuth := add(rowRoomSoldAuth, nil, 0)
+	add(rowRoomPollAuth, soldAuth, targetPolls)
+	add(rowRoomJoinAuth, soldAuth, targetJoins)
 
 	fifo, random, err := s.measureRoomFairness(ctx)
 	if err != nil {
 		return fmt.Errorf("fairness: %w", err)
 	}
-	s.room = roomSection(figs, fifo, random, *roomRuns, s.conns, s.dur)
-	fmt.Fprint(os.Stderr, "\n"+s.room)
+	s.sections.room = roomSection(figs, fifo, random, s.o.roomRuns, s.o.conns, s.o.dur)
+	fmt.Fprint(os.Stderr, "\n"+s.sections.room)
 	return nil
 }
 
@@ -170,33 +158,20 @@ func medianFig(fs []roomFig) roomFig {
 	return sorted[(len(sorted)-1)/2]
 }
 
-func outcomeCount(rep *bench.Report, status string) int64 {
-	for _, o := range rep.Outcomes {
-		if o.Status == status {
-			return o.Count
-		}
-	}
-	return 0
-}
-
 // measureBarePolls is the ceiling of a poll: the bare handler answering
 // a queue view, polled as measureRoomCrowd polls a gateway.
 func (s *suite) measureBarePolls(ctx context.Context) (roomFig, error) {
-	addr := freeAddr()
-	cmd := pinned("0", s.bare, "-addr", addr, "-reply", "waiting")
-	if err := s.start(cmd, "bare-waiting"); err != nil {
+	p, url, err := s.startBare(ctx, "waiting", cpuServer, "bare-waiting")
+	if err != nil {
 		return roomFig{}, err
 	}
-	defer s.stop(cmd)
-	if err := waitHTTP(ctx, "http://"+addr+"/"); err != nil {
-		return roomFig{}, err
-	}
-	tickets, users := make([]string, s.conns), make([]string, s.conns)
+	defer p.Stop()
+	tickets, users := make([]string, s.o.conns), make([]string, s.o.conns)
 	for i := range tickets {
 		// A ticket of a gateway's length; the bare handler reads none.
 		tickets[i], users[i] = strings.Repeat("A", 96), "p"+strconv.Itoa(i)
 	}
-	r, err := bench.CrowdPoll(ctx, bench.CrowdOptions{URL: "http://" + addr, Sale: "bench", Conns: s.conns, Duration: s.dur}, tickets, users)
+	r, err := bench.CrowdPoll(ctx, bench.CrowdOptions{URL: url, Sale: "bench", Conns: s.o.conns, Duration: s.o.dur}, tickets, users)
 	if err != nil {
 		return roomFig{}, err
 	}
@@ -206,38 +181,16 @@ func (s *suite) measureBarePolls(ctx context.Context) (roomFig, error) {
 	return roomFig{r.PerSecond, r.P50, r.P99}, nil
 }
 
-// startGateway starts a gateway of the suite, as measureGateway does (its
-// relay finds no broker and waits), and returns its public and admin base
-// URLs and what stops it and removes its keys.
-func (s *suite) startGateway(ctx context.Context, name string, env []string) (public, admin string, stop func(), err error) {
-	pub, adm := freePair()
-	prefix := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
-	cmd := pinned("0", s.bin, "gateway")
-	cmd.Env = gatewayEnv(pub, adm, prefix, append(env, "FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"))
-	if err := s.start(cmd, "gateway-"+name); err != nil {
-		return "", "", nil, err
-	}
-	stop = func() {
-		s.stop(cmd)
-		dropPrefix(prefix)
-	}
-	if err := waitHTTP(ctx, "http://"+pub+"/readyz"); err != nil {
-		stop()
-		return "", "", nil, err
-	}
-	return "http://" + pub, "http://" + adm, stop, nil
-}
-
 // measureRoomCrowd measures the joins and then the polls of one fifo
 // sale admitting one buyer a second, on a gateway of its own started with
 // env (with secret: every request carries its buyer's token).
 func (s *suite) measureRoomCrowd(ctx context.Context, name string, env []string, secret string) (joins, polls roomFig, err error) {
-	public, admin, stop, err := s.startGateway(ctx, name, env)
+	g, stop, err := s.startGateway(ctx, name, env)
 	if err != nil {
 		return joins, polls, err
 	}
 	defer stop()
-	c, err := adminapi.New(admin, "")
+	c, err := adminapi.New(g.admin, "")
 	if err != nil {
 		return joins, polls, err
 	}
@@ -252,8 +205,8 @@ func (s *suite) measureRoomCrowd(ctx context.Context, name string, env []string,
 	if v.WaitingRoom != fifo || v.AdmitPerSecond != one {
 		return joins, polls, fmt.Errorf("create sale %s: waiting room %q at %d/s in the answer (a gateway without waiting rooms?)", sale, v.WaitingRoom, v.AdmitPerSecond)
 	}
-	keep := roomAhead + s.conns
-	o := bench.CrowdOptions{URL: public, Sale: sale, Conns: s.conns, Duration: s.dur, Prefix: "j", Keep: keep, JWTSecret: secret}
+	keep := roomAhead + s.o.conns
+	o := bench.CrowdOptions{URL: g.public, Sale: sale, Conns: s.o.conns, Duration: s.o.dur, Prefix: "j", Keep: keep, JWTSecret: secret}
 	j, err := bench.CrowdJoin(ctx, o)
 	if err != nil {
 		return joins, polls, err
@@ -264,9 +217,9 @@ func (s *suite) measureRoomCrowd(ctx context.Context, name string, env []string,
 		return joins, polls, fmt.Errorf("joins: %d requests, answers %v (want queue views, nearly all waiting)", j.Requests, j.Statuses)
 	}
 	if j.Requests < int64(keep) {
-		return joins, polls, fmt.Errorf("joins: %d in %v, fewer than the %d the polls need", j.Requests, s.dur, keep)
+		return joins, polls, fmt.Errorf("joins: %d in %v, fewer than the %d the polls need", j.Requests, s.o.dur, keep)
 	}
-	tickets, users := j.Tickets[roomAhead:keep], make([]string, s.conns)
+	tickets, users := j.Tickets[roomAhead:keep], make([]string, s.o.conns)
 	for i := range users {
 		users[i] = "j" + strconv.Itoa(roomAhead+i)
 		if tickets[i] == "" {
@@ -289,20 +242,20 @@ func (s *suite) measureRoomCrowd(ctx context.Context, name string, env []string,
 // in (and so sees its place, which a random room's pre-queue sees only
 // from the start on) before the sale sells out.
 func (s *suite) measureRoomFairness(ctx context.Context) (fifo, random *bench.Report, err error) {
-	public, admin, stop, err := s.startGateway(ctx, "room-fairness", nil)
+	g, stop, err := s.startGateway(ctx, "room-fairness", nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer stop()
-	users := *roomUsers
+	users := s.o.roomUsers
 	for _, m := range []struct {
 		mode string
 		in   time.Duration
 		dst  **bench.Report
 	}{{adminapi.RoomFIFO, 0, &fifo}, {adminapi.RoomRandom, 3 * time.Second, &random}} {
-		rep, err := bench.Run(ctx, bench.Options{URL: public, AdminURL: admin, NoMySQL: true, NoKeys: true,
+		rep, err := bench.Run(ctx, bench.Options{URL: g.public, AdminURL: g.admin, NoMySQL: true, NoKeys: true,
 			WaitingRoom: m.mode, AdmitPerSecond: int64(users / 5), PassSeconds: 120, RoomStartIn: m.in,
-			Stock: int64(users), Users: users, Conns: s.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute})
+			Stock: int64(users), Users: users, Conns: s.o.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", m.mode, err)
 		}

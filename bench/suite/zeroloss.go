@@ -17,7 +17,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -28,11 +27,6 @@ import (
 
 	"github.com/flashgate/flashgate/bench"
 	"github.com/flashgate/flashgate/internal/localstack"
-)
-
-var (
-	zeroLossRuns = flag.Int("zeroloss-runs", 2, "rounds of the zero-loss measurement (each appendfsync everysec, then always); the report gives medians")
-	skipZeroLoss = flag.Bool("skip-zeroloss", false, "skip the zero-loss (appendfsync always) measurement")
 )
 
 // Rows of the zero-loss group; the always rows are compared with the
@@ -56,10 +50,6 @@ type zlRun struct {
 // measureZeroLoss is the zero-loss part: a redis-server of its own, then
 // -zeroloss-runs rounds of both policies, then the rows and a note.
 func (s *suite) measureZeroLoss(ctx context.Context) error {
-	if *skipZeroLoss {
-		s.notes = append(s.notes, "zero-loss mode skipped (-skip-zeroloss)")
-		return nil
-	}
 	dir, err := os.MkdirTemp(".run/bench", "zeroloss-")
 	if err != nil {
 		return err
@@ -68,8 +58,7 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 	// As deploy/local/service.sh configures the local Redis (AOF, no RDB),
 	// with no automatic AOF rewrite: a rewrite's fork in the middle of one
 	// of the runs would weigh on that run alone.
-	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: []string{
-		"--appendonly", "yes", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0", "--save", ""}})
+	srv, err := s.startRedis(ctx, localstack.RedisOptions{Dir: dir, Args: aofEverysec})
 	if err != nil {
 		return fmt.Errorf("the suite's redis-server: %w", err)
 	}
@@ -80,7 +69,7 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 
 	policies := []string{"everysec", "always"}
 	runs := map[string][]zlRun{}
-	for range max(*zeroLossRuns, 1) {
+	for range max(s.o.zeroLossRuns, 1) {
 		for _, fsync := range policies {
 			r, err := s.zeroLossRun(ctx, rdb, srv.Pid(), addr, fsync)
 			if err != nil {
@@ -105,12 +94,12 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 	cpu := func(r zlRun) float64 { return r.cpu }
 	p50 := func(r zlRun) time.Duration { return r.p50 }
 	p99 := func(r zlRun) time.Duration { return r.p99 }
-	s.add(row{group: groupZeroLoss, name: rowZLRate, value: med("everysec", rate), unit: "orders/s",
+	everysec := s.add(row{group: groupZeroLoss, name: rowZLRate, value: med("everysec", rate), unit: "orders/s",
 		p50: lat("everysec", p50), p99: lat("everysec", p99)})
 	s.add(row{group: groupZeroLoss, name: rowZLRateAlways, value: med("always", rate), unit: "orders/s",
-		p50: lat("always", p50), p99: lat("always", p99), baseline: rowZLRate})
-	s.add(row{group: groupZeroLoss, name: rowZLCPU, value: med("everysec", cpu), unit: "µs/order", prec: 2})
-	s.add(row{group: groupZeroLoss, name: rowZLCPUAlways, value: med("always", cpu), unit: "µs/order", prec: 2, baseline: rowZLCPU})
+		p50: lat("always", p50), p99: lat("always", p99), baseline: everysec})
+	everysec = s.add(row{group: groupZeroLoss, name: rowZLCPU, value: med("everysec", cpu), unit: "µs/order", prec: 2})
+	s.add(row{group: groupZeroLoss, name: rowZLCPUAlways, value: med("always", cpu), unit: "µs/order", prec: 2, baseline: everysec})
 
 	var each []string
 	for _, fsync := range policies {
@@ -129,7 +118,7 @@ func (s *suite) measureZeroLoss(ctx context.Context) error {
 		"the ratios are always ÷ everysec: %.2f× the orders/s, %.2f× Redis's CPU per order. Script calls carried %.1f (everysec) and "+
 		"%.1f (always) orders each: always shares one fsync per event-loop turn among them. Each run (%s). "+
 		"Redis CPU is utime + stime of the redis-server process, every thread, per accepted order.",
-		fsType(dir), s.dur, max(*zeroLossRuns, 1),
+		fsType(dir), s.o.dur, max(s.o.zeroLossRuns, 1),
 		med("always", rate)/max(med("everysec", rate), 1), med("always", cpu)/max(med("everysec", cpu), 1e-9),
 		med("everysec", func(r zlRun) float64 { return r.perCall }), med("always", func(r zlRun) float64 { return r.perCall }),
 		strings.Join(each, "; ")))
@@ -143,22 +132,14 @@ func (s *suite) zeroLossRun(ctx context.Context, rdb *redis.Client, pid int, add
 	if err := rdb.ConfigSet(ctx, "appendfsync", fsync).Err(); err != nil {
 		return zlRun{}, fmt.Errorf("CONFIG SET appendfsync: %w", err)
 	}
-	public, admin := freePair()
-	prefix := fmt.Sprintf("zl%d", time.Now().UnixNano()%1e9)
-	cmd := pinned("0", s.bin, "gateway")
-	cmd.Env = gatewayEnv(public, admin, prefix, []string{"FLASHGATE_REDIS_ADDRS=" + addr,
-		fmt.Sprintf("FLASHGATE_REDIS_ZERO_LOSS=%t", fsync == "always"),
-		// The buy path alone, as measureGateway: the relay finds no broker.
-		"FLASHGATE_AMQP_URL=amqp://guest:guest@127.0.0.1:1/"})
-	if err := s.start(cmd, "zeroloss-gateway-"+fsync); err != nil {
+	// In zero-loss mode /readyz is 503 until the gateway has found the
+	// primary fsyncing every write.
+	g, stop, err := s.ownRedisGateway(ctx, "zeroloss-gateway-"+fsync, "zl", addr,
+		fmt.Sprintf("FLASHGATE_REDIS_ZERO_LOSS=%t", fsync == "always"))
+	if err != nil {
 		return zlRun{}, err
 	}
-	defer s.stop(cmd)
-	// Under 500 is 200 here: in zero-loss mode /readyz is 503 until the
-	// gateway has found the primary fsyncing every write.
-	if err := waitHTTP(ctx, "http://"+public+"/readyz"); err != nil {
-		return zlRun{}, err
-	}
+	defer stop()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		return zlRun{}, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
@@ -166,8 +147,8 @@ func (s *suite) zeroLossRun(ctx context.Context, rdb *redis.Client, pid int, add
 	if err != nil {
 		return zlRun{}, err
 	}
-	rep, err := bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
-		Stock: 1_000_000_000, Users: 1_000_000_000, Conns: s.conns, Duration: s.dur})
+	rep, err := bench.Run(ctx, bench.Options{URL: g.public, AdminURL: g.admin, NoMySQL: true, NoKeys: true,
+		Stock: 1_000_000_000, Users: 1_000_000_000, Conns: s.o.conns, Duration: s.o.dur})
 	if err != nil {
 		return zlRun{}, err
 	}
@@ -180,10 +161,8 @@ func (s *suite) zeroLossRun(ctx context.Context, rdb *redis.Client, pid int, add
 	}
 	// Every answer must be a 202: a 503 of the mode would make this a
 	// measurement of refusals.
-	for _, oc := range rep.Outcomes {
-		if oc.Status != "accepted" && oc.Count > 0 {
-			return zlRun{}, fmt.Errorf("%d answers %s (want only accepted)", oc.Count, oc.Status)
-		}
+	if err := only(rep, "accepted"); err != nil {
+		return zlRun{}, err
 	}
 	orders := rep.Figures.AcceptedOrders
 	if orders == 0 {
@@ -225,4 +204,17 @@ func fsType(dir string) string {
 		return "tmpfs (an fsync costs nothing there: the ratio says nothing about a disk)"
 	}
 	return fmt.Sprintf("file system 0x%x", uint32(st.Type))
+}
+
+// ownRedisGateway starts a gateway on the servers' CPU in front of a Redis
+// of the suite's own (addr), its relay finding no broker (the buy path
+// alone, as measureGateway's), with env besides, and returns its base URLs
+// and what stops it.
+func (s *suite) ownRedisGateway(ctx context.Context, log, tag, addr string, env ...string) (*gateway, func(), error) {
+	p, err := s.launch(ctx, proc{log: log, args: []string{"gateway"}, cpu: cpuServer, prefix: newPrefix(tag),
+		env: append([]string{"FLASHGATE_REDIS_ADDRS=" + addr, "FLASHGATE_AMQP_URL=" + s.svc.noBroker}, env...)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return newGateway(p), func() { p.Stop() }, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,31 +27,25 @@ var (
 	binErr  error
 )
 
-// flashgateBinary builds the binary of this folder once per test binary,
-// into a temporary folder that TestMain removes, and returns its path. It
-// is built with the race detector when the tests are, so that races in the
-// processes show too. It fails tb when the build fails.
+// flashgateBinary builds the binary of this folder once per test binary
+// (localstack.Build), into a temporary folder that TestMain removes, and
+// returns its path. It is built with the race detector when the tests
+// are, so that races in the processes show too. It fails tb when the build
+// fails.
 func flashgateBinary(tb testing.TB) string {
 	tb.Helper()
 	binOnce.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			binErr = fmt.Errorf("no go tool on PATH to build the binary: %w", err)
-			return
-		}
 		if binDir, binErr = os.MkdirTemp("", "flashgate-test-"); binErr != nil {
 			return
 		}
 		binPath = filepath.Join(binDir, "flashgate")
-		args := []string{"build", "-o", binPath}
+		var flags []string
 		if raceEnabled {
-			args = append(args, "-race")
+			flags = append(flags, "-race")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if out, err := exec.CommandContext(ctx, gobin, append(args, ".")...).CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		binErr = localstack.Build(ctx, binPath, ".", flags...)
 	})
 	if binErr != nil {
 		tb.Fatal(binErr)
@@ -66,20 +59,9 @@ func removeBinary() {
 	}
 }
 
-// cleanEnv is the test's environment without any FLASHGATE_* variable, so
-// that the developer's shell cannot change what the binary sees. Should a
-// bad setting ever be accepted, the gateway then binds free ports rather
-// than fighting a local one over 8080/8081; the caller's own variables come
-// later and win.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLASHGATE_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, "FLASHGATE_HTTP_ADDR=127.0.0.1:0", "FLASHGATE_ADMIN_ADDR=127.0.0.1:0")
-}
+// cleanEnv is localstack.CleanEnv: the test's environment without any
+// FLASHGATE_* variable, both listeners on free ports.
+func cleanEnv() []string { return localstack.CleanEnv() }
 
 // serviceEnv is the settings that point a process at cfg's services and
 // its corner of them (localstack.Isolated).
@@ -115,8 +97,10 @@ func runFlashgate(t *testing.T, env []string, args ...string) (string, int) {
 	return "", -1
 }
 
-// proc is a flashgate process started by a test, its stdout and stderr
-// captured together.
+// proc is a flashgate process started by a test (localstack.LaunchT), its
+// stdout and stderr captured together in out. A test may also fill one
+// by hand around a command of its own (cmd, exited closed once err is
+// Wait's result).
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
@@ -128,46 +112,26 @@ type proc struct {
 // startProc starts `flashgate args...` with cleanEnv plus env and returns
 // at once. When the test ends the process gets SIGTERM if it still runs
 // (SIGKILL 15s later); a data race it reported fails the test, and when
-// the test failed, the end of its output is logged.
+// the test failed, the end of its output is logged (localstack.LaunchT).
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(flashgateBinary(t), args...)
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	return p
+	return launchProc(t, localstack.LaunchOptions{Name: name, Bin: flashgateBinary(t), Args: args, Env: env})
 }
 
-func (p *proc) stop(t *testing.T) {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-	}
-	log := p.out.String()
-	if strings.Contains(log, "WARNING: DATA RACE") {
-		t.Errorf("%s: data race\n%s", p.name, log)
-	} else if t.Failed() {
-		if len(log) > 6000 {
-			log = "…" + log[len(log)-6000:]
-		}
-		t.Logf("---- %s (%v) ----\n%s", p.name, p.err, log)
-	}
+// launchProc launches o (localstack.LaunchT) with its output in the
+// proc's out.
+func launchProc(t *testing.T, o localstack.LaunchOptions) *proc {
+	t.Helper()
+	p := &proc{name: o.Name, out: &lockedBuffer{}, exited: make(chan struct{})}
+	o.Log = p.out
+	lp := localstack.LaunchT(t, o)
+	p.cmd = lp.Cmd()
+	go func() {
+		<-lp.Exited()
+		p.err = lp.Err()
+		close(p.exited)
+	}()
+	return p
 }
 
 // kill9 kills the process (SIGKILL, a crash) and waits until it is gone.
@@ -227,29 +191,8 @@ func startGateway(t *testing.T, g *gatewayProc, env []string) *gatewayProc {
 		a := freeAddrs(t, 2)
 		g = &gatewayProc{public: a[0], admin: a[1]}
 	}
-	g.proc = startProc(t, "gateway", slices.Concat(env, []string{"FLASHGATE_HTTP_ADDR=" + g.public, "FLASHGATE_ADMIN_ADDR=" + g.admin}), "gateway")
-	c := &http.Client{Timeout: time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := retry.Until(ctx, poll, func(context.Context) error {
-		select {
-		case <-g.exited:
-			return retry.Stop(fmt.Errorf("gateway exited at start: %v", g.err))
-		default:
-		}
-		res, err := c.Get("http://" + g.public + "/readyz")
-		if err != nil {
-			return err
-		}
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", res.Status)
-		}
-		return nil
-	}, nil)
-	if err != nil {
-		t.Fatalf("gateway not ready: %v\n%s", err, g.out)
-	}
+	g.proc = launchProc(t, localstack.LaunchOptions{Name: "gateway", Bin: flashgateBinary(t), Args: []string{"gateway"}, Env: env,
+		Public: g.public, Admin: g.admin, Ready: "http://" + g.public + "/readyz"})
 	return g
 }
 
@@ -267,22 +210,8 @@ var poll = retry.Backoff{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}
 
 var errNotYet = errors.New("not yet")
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a process's output as it comes (localstack.Output).
+type lockedBuffer = localstack.Output
 
 // freeAddrs returns n distinct loopback addresses that were free a moment
 // ago (localstack.FreeAddrs).

@@ -33,8 +33,9 @@ func Database(tb testing.TB) string {
 // server, with MySQLDSN's user, and returns its DSN and the function that
 // drops it (bounded by 30 s). Database is the one a test wants; this is for
 // a database that outlives one test, such as the one a benchmark's rounds
-// share, dropped by the package's Main (AfterTests). It blocks until
-// MariaDB answered, within ctx.
+// share, dropped by the package's Main (AfterTests), or one of the bench
+// suite's parts, which is not a test. It blocks until MariaDB answered,
+// within ctx.
 func NewDatabase(ctx context.Context) (dsn string, drop func() error, err error) {
 	dc, err := mysql.ParseDSN(MySQLDSN)
 	if err != nil {

@@ -9,7 +9,9 @@
 // while other packages use those services, and the goroutine leak check);
 // the one wait (WaitFor); the service control script; redis-servers and
 // Redis Clusters of a caller's own (StartRedisServer, PrivateRedis,
-// StartRedisCluster) for tests that kill or reconfigure Redis; and the
+// StartRedisCluster) for tests that kill or reconfigure Redis; the one
+// launcher of the flashgate binary, or any program, as a process (Build,
+// Launch, LaunchT); and the
 // skip of a test that needs one Redis when the tests run on a cluster
 // (SingleRedisOnly). It is imported by tests and by the bench suite.
 package localstack
