@@ -11,9 +11,10 @@
 #   make run        up + build, then consumer (background) + gateway (foreground)
 #   make run-lb     up + build, then nginx (127.0.0.1:8080) in front of two gateways, and a
 #                   consumer (deploy/local/run-lb.sh; installs Debian's nginx when missing)
-#   make tools      install promtool and prometheus (Debian's prometheus package) and nginx
-#                   when missing: the tests of deploy/prometheus, deploy/grafana and the
-#                   load balancer (cmd/flashgate/lb_test.go) run them
+#   make tools      install promtool and prometheus (Debian's prometheus package), nginx and
+#                   chromium when missing: the tests of deploy/prometheus, deploy/grafana,
+#                   the load balancer (cmd/flashgate/lb_test.go) and the pages a browser
+#                   shows (internal/browser) run them
 #   make test       up + tools + the whole test suite, then a short run of every fuzz target
 #   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
 #   make test-ha    up-ha + the failover tests (FLASHGATE_TEST_HA=1, tests named HA), which
@@ -63,10 +64,13 @@ down:
 
 # promtool and prometheus for the tests of the alert rules and the dashboard
 # (deploy/prometheus_test.go, cmd/flashgate/dashboard_test.go): installed,
-# never started as a service (deploy/local/prometheus.sh).
+# never started as a service (deploy/local/prometheus.sh); nginx for the
+# load balancer's; chromium for the tests that drive a headless browser
+# (internal/browser, deploy/local/chromium.sh), which fail without it.
 tools:
 	@deploy/local/prometheus.sh
 	@deploy/local/nginx.sh install
+	@deploy/local/chromium.sh install
 
 # The consumer runs in the background and is stopped when the gateway exits
 # (Ctrl-C included); the exit status is the gateway's.
@@ -148,6 +152,7 @@ lint: $(STATICCHECK)
 check: lint
 	@deploy/local/up.sh
 	@deploy/local/prometheus.sh
+	@deploy/local/chromium.sh install
 	$(GO) test -race -shuffle=on -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # staticcheck, installed once into .run/bin (versioned name, so a new
