@@ -524,7 +524,7 @@ func rabbitmqctl(t *testing.T, args ...string) string {
 // TestNackedEntriesStayPending makes RabbitMQ refuse publishes (a length
 // limit with reject-publish overflow, set by policy). Invariant 3 (every 202
 // becomes exactly one MySQL row): the refused entries stay in the outbox and
-// are published again once the queue has room.
+// are published again once the queue takes them again.
 func TestNackedEntriesStayPending(t *testing.T) {
 	e := newEnv(t)
 	policy := "test-maxlen-" + localstack.RandomHex(4)
@@ -556,7 +556,7 @@ func TestNackedEntriesStayPending(t *testing.T) {
 	if n := e.rdb.XLen(context.Background(), e.keys.Outbox("s")).Val(); n != 10 {
 		t.Fatalf("outbox holds %d entries after the nacks, want 10", n)
 	}
-	e.received(ids, 30*time.Second) // consuming makes room: the retries get in
+	e.received(ids, 30*time.Second) // consuming frees the queue: the retries get in
 	localstack.WaitFor(t, 20*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("s") })
 }
 
