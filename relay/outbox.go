@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
@@ -372,19 +372,20 @@ func (o *outbox) remove(ctx context.Context) error {
 		rs = append(rs, removal{sale: sale, refs: refs})
 	}
 	// The goroutines touch only their own removal; the outbox's maps are
-	// read and changed here, by the owner, before and after.
-	var wg sync.WaitGroup
-	inFlight := make(chan struct{}, removeParallel)
+	// read and changed here, by the owner, before and after. Each keeps
+	// its own error, so that the others are removed whatever one's fate:
+	// the group's is always nil.
+	var g errgroup.Group
+	g.SetLimit(removeParallel)
 	for i := range rs {
-		inFlight <- struct{}{}
-		wg.Add(1)
-		go func(r *removal) {
-			defer func() { <-inFlight; wg.Done() }()
+		r := &rs[i]
+		g.Go(func() error {
 			keys := []string{o.keys.Outbox(r.sale), o.keys.Meta(r.sale)}
 			_, r.err = o.loader.Remove(cctx, keys, append([]any{Group}, r.refs...)...)
-		}(&rs[i])
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var firstErr error
 	for _, r := range rs {
 		if r.err != nil {
