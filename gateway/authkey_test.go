@@ -258,3 +258,42 @@ func TestBuyerKeySettings(t *testing.T) {
 		})
 	}
 }
+
+// The verifier refuses at construction a key whose algorithm it could not
+// pin.
+func TestBuyerAuthKeys(t *testing.T) {
+	k := testKeys(t)
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		key  any
+		alg  string // "" for a refusal
+	}{
+		{"secret", []byte(testSecret), "HS256"},
+		{"rsa", &k.rsa.PublicKey, "RS256"},
+		{"ecdsa p-256", &k.ec.PublicKey, "ES256"},
+		{"ed25519", k.ed.Public(), "EdDSA"},
+		{"ecdsa p-384", &p384.PublicKey, ""},
+		{"rsa private key", k.rsa, ""},
+		{"string secret", testSecret, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := newKeyAuth(tt.key)
+			switch {
+			case tt.alg == "" && err == nil:
+				t.Errorf("accepted, pinned to %s", a.alg)
+			case tt.alg != "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.alg != "" && a.alg != tt.alg:
+				t.Errorf("pinned %s, want %s", a.alg, tt.alg)
+			}
+		})
+	}
+	// Off builds nothing.
+	if a, err := newBuyerAuth(config.Buyer{}); a != nil || err != nil {
+		t.Errorf("newBuyerAuth(off) = %v, %v", a, err)
+	}
+}
