@@ -9,12 +9,6 @@
 package config
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -64,82 +58,21 @@ const MinJWTSecret = 32
 // On reports whether buyer authentication is on.
 func (b Buyer) On() bool { return b.JWTSecret != "" || b.JWTKeyFile != "" }
 
-// VerifyKey returns the key buyer tokens are verified with: the secret as
-// []byte, or the public key of JWTKeyFile as *rsa.PublicKey,
-// *ecdsa.PublicKey (P-256) or ed25519.PublicKey. It reads the file, so it
-// blocks on the file system; nil, nil when authentication is off. Errors
-// say what is wrong with the file without quoting it. Load has called it
-// once already, so that a bad key stops the process at start.
-func (b Buyer) VerifyKey() (any, error) {
+// Check applies the rules of the buyer settings themselves: at most one of
+// the two, and a secret of at least MinJWTSecret bytes. It returns a
+// *SettingError naming the setting, or nil. It does not read the key file:
+// the gateway, which verifies the tokens, reads and parses it
+// (gateway.BuyerKey), and the long-running commands ask it at start.
+func (b Buyer) Check() error {
 	switch {
 	case b.JWTSecret != "" && b.JWTKeyFile != "":
-		return nil, errors.New("set either FLASHGATE_BUYER_JWT_SECRET or FLASHGATE_BUYER_JWT_KEY_FILE, not both")
-	case b.JWTSecret != "":
-		if len(b.JWTSecret) < MinJWTSecret {
-			return nil, fmt.Errorf("must be at least %d bytes", MinJWTSecret)
-		}
-		return []byte(b.JWTSecret), nil
-	case b.JWTKeyFile != "":
-		raw, err := os.ReadFile(b.JWTKeyFile)
-		if err != nil {
-			return nil, err
-		}
-		key, err := parsePublicKey(raw)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.JWTKeyFile, err)
-		}
-		return key, nil
+		return &SettingError{Env: "FLASHGATE_BUYER_JWT_KEY_FILE", Key: "buyer.jwt_key_file",
+			Err: errors.New("set either FLASHGATE_BUYER_JWT_SECRET or FLASHGATE_BUYER_JWT_KEY_FILE, not both")}
+	case b.JWTSecret != "" && len(b.JWTSecret) < MinJWTSecret:
+		return &SettingError{Env: "FLASHGATE_BUYER_JWT_SECRET", Key: "buyer.jwt_secret",
+			Err: fmt.Errorf("must be at least %d bytes", MinJWTSecret)}
 	}
-	return nil, nil
-}
-
-// parsePublicKey reads the one PEM block of raw: a PKIX public key ("PUBLIC
-// KEY"), a PKCS #1 RSA public key ("RSA PUBLIC KEY") or a certificate, whose
-// key is taken. A private key is refused rather than used: the gateway only
-// verifies, and a signing key has no business on it.
-func parsePublicKey(raw []byte) (any, error) {
-	block, rest := pem.Decode(raw)
-	if block == nil {
-		return nil, errors.New("no PEM block found")
-	}
-	if next, _ := pem.Decode(rest); next != nil {
-		return nil, errors.New("more than one PEM block; the file must hold one public key")
-	}
-	var key any
-	var err error
-	switch block.Type {
-	case "PUBLIC KEY":
-		key, err = x509.ParsePKIXPublicKey(block.Bytes)
-	case "RSA PUBLIC KEY":
-		key, err = x509.ParsePKCS1PublicKey(block.Bytes)
-	case "CERTIFICATE":
-		var cert *x509.Certificate
-		if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
-			key = cert.PublicKey
-		}
-	default:
-		if strings.Contains(block.Type, "PRIVATE") {
-			return nil, fmt.Errorf("holds a %s; give the public key (openssl pkey -pubout)", block.Type)
-		}
-		return nil, fmt.Errorf("PEM block %q is not a public key", block.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", block.Type, err)
-	}
-	switch k := key.(type) {
-	case *rsa.PublicKey:
-		if k.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("RSA key of %d bits; at least 2048 are needed", k.N.BitLen())
-		}
-	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() {
-			return nil, fmt.Errorf("ECDSA key on %s; ES256 needs P-256", k.Curve.Params().Name)
-		}
-	case ed25519.PublicKey:
-	default:
-		return nil, fmt.Errorf("a %T key; want RSA, ECDSA P-256 or Ed25519", key)
-	}
-	return key, nil
+	return nil
 }
 
 // Batch configures the coalescing of one sale's concurrent reservations into
@@ -372,10 +305,10 @@ func lookup(getenv func(string) string, name string) (string, bool) {
 }
 
 // Validate checks the rules that involve more than one setting, and what
-// needs every source read first: the buyer key file is read and parsed here
-// (blocking on the file system). The range of each single setting is
-// checked when it is parsed; the admin token's form is checked again, for a
-// Config built in code.
+// needs every source read first. The range of each single setting is
+// checked when it is parsed; the admin token's form and the buyer secret's
+// length are checked again, for a Config built in code. The buyer key file
+// is not read here (gateway.BuyerKey).
 func (c *Config) Validate() error {
 	if err := checkAdminToken(c.Admin.Token); err != nil {
 		return &SettingError{Env: "FLASHGATE_ADMIN_TOKEN", Key: "admin.token", Err: err}
@@ -388,16 +321,7 @@ func (c *Config) Validate() error {
 		return &SettingError{Env: "FLASHGATE_ADMIN_ADDR", Key: "admin.addr",
 			Err: fmt.Errorf("same address as FLASHGATE_HTTP_ADDR (%s)", c.HTTP.Addr)}
 	}
-	if c.Buyer.On() {
-		env, key := "FLASHGATE_BUYER_JWT_KEY_FILE", "buyer.jwt_key_file"
-		if c.Buyer.JWTKeyFile == "" {
-			env, key = "FLASHGATE_BUYER_JWT_SECRET", "buyer.jwt_secret"
-		}
-		if _, err := c.Buyer.VerifyKey(); err != nil {
-			return &SettingError{Env: env, Key: key, Err: err}
-		}
-	}
-	return nil
+	return c.Buyer.Check()
 }
 
 func isLoopback(addr string) bool {

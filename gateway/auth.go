@@ -74,21 +74,21 @@ type buyerAuth struct {
 }
 
 // newBuyerAuth builds the verifier of b, or returns nil when buyer
-// authentication is off. It reads the key file (blocking on the file
-// system); the error says what is wrong with the key.
+// authentication is off. It reads the key file (BuyerKey, blocking on the
+// file system); the error says what is wrong with the key.
 func newBuyerAuth(b config.Buyer) (*buyerAuth, error) {
 	if !b.On() {
 		return nil, nil
 	}
-	key, err := b.VerifyKey()
+	key, err := BuyerKey(b)
 	if err != nil {
 		return nil, err
 	}
 	return newKeyAuth(key)
 }
 
-// newKeyAuth builds the verifier of a key of the kinds config.Buyer's
-// VerifyKey returns, pinning the algorithm the key implies.
+// newKeyAuth builds the verifier of a key of the kinds BuyerKey returns,
+// pinning the algorithm the key implies.
 func newKeyAuth(key any) (*buyerAuth, error) {
 	var alg string
 	switch k := key.(type) {

@@ -195,121 +195,23 @@ func writeOrders(ctx context.Context, db *sql.DB, orders []order.Order, beforeCo
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 
-	type tally struct{ units, orders int64 }
-	ledger := map[string]*tally{}
-	var w Written
-	var q strings.Builder
-	args := make([]any, 0, rowArgs*len(sorted))
-	var dups []order.Order // the rows of groups that met existing rows
-	for start := 0; start < len(sorted); {
-		end := start + 1
-		for end < len(sorted) && sorted[end].SaleID == sorted[start].SaleID && sorted[end].Quantity == sorted[start].Quantity {
-			end++
-		}
-		group := sorted[start:end]
-		q.Reset()
-		args = args[:0]
-		q.WriteString(insertRows)
-		for i, o := range group {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteString(rowMarks)
-			args = appendRow(args, o)
-		}
-		// A no-op update: an existing row counts 0 affected rows.
-		q.WriteString(" ON DUPLICATE KEY UPDATE order_id = order_id")
-		res, err := tx.ExecContext(ctx, q.String(), args...)
-		if err != nil {
-			return Written{}, fmt.Errorf("write orders: insert: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return Written{}, fmt.Errorf("write orders: rows affected: %w", err)
-		}
-		if n < 0 || n > int64(len(group)) {
-			// Would mean the driver counts found rows: the ledger would
-			// be wrong, so write nothing.
-			return Written{}, fmt.Errorf("write orders: %d rows affected by %d inserts", n, len(group))
-		}
-		if n > 0 {
-			t := ledger[group[0].SaleID]
-			if t == nil {
-				t = &tally{}
-				ledger[group[0].SaleID] = t
-			}
-			t.units += n * int64(group[0].Quantity)
-			t.orders += n
-		}
-		if n < int64(len(group)) {
-			dups = append(dups, group...)
-		}
-		w.Inserted += int(n)
-		w.Duplicates += len(group) - int(n)
-		start = end
+	b := &batch{tx: tx, orders: sorted, rows: make([]any, 0, rowArgs*len(sorted))}
+	for _, o := range sorted {
+		b.rows = appendRow(b.rows, o)
+	}
+	w, dups, ledger, err := b.insertGroups(ctx)
+	if err != nil {
+		return Written{}, err
 	}
 	w.Duplicates += len(orders) - len(sorted) // repeated inside the batch
-
 	if len(dups) > 0 {
-		// Every row named here exists and this transaction holds its lock
-		// (an insert's duplicate-key update locks the row it meets), so
-		// this statement inserts nothing and counts 2 per row it changes
-		// (in any column: a row whose only change is its seq is Updated).
-		// pay_by comes first: MySQL assigns left to right, and the state
-		// test must see the row's state before this update. seq and the
-		// key do not depend on the state: a final row's seq rises too.
-		slices.SortFunc(dups, func(a, b order.Order) int { return cmp.Compare(a.OrderID, b.OrderID) })
-		q.Reset()
-		args = args[:0]
-		q.WriteString(insertRows)
-		for i, o := range dups {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteString(rowMarks)
-			args = appendRow(args, o)
+		if w.Updated, err = b.updateDuplicates(ctx, dups); err != nil {
+			return Written{}, err
 		}
-		q.WriteString(" ON DUPLICATE KEY UPDATE" +
-			" pay_by = IF(state IN " + finalStates + ", pay_by, COALESCE(VALUES(pay_by), pay_by))," +
-			" state = IF(state IN " + finalStates + ", state, VALUES(state))," +
-			" seq = GREATEST(seq, VALUES(seq))," +
-			" idempotency_key = COALESCE(idempotency_key, VALUES(idempotency_key))")
-		res, err := tx.ExecContext(ctx, q.String(), args...)
-		if err != nil {
-			return Written{}, fmt.Errorf("write orders: update states: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return Written{}, fmt.Errorf("write orders: rows affected: %w", err)
-		}
-		if n < 0 || n%2 != 0 || n > 2*int64(len(dups)) {
-			// An insert here would be a row the ledger missed.
-			return Written{}, fmt.Errorf("write orders: %d rows affected by %d state updates", n, len(dups))
-		}
-		w.Updated = int(n / 2)
 	}
-
 	if len(ledger) > 0 {
-		sales := make([]string, 0, len(ledger))
-		for s := range ledger {
-			sales = append(sales, s)
-		}
-		slices.Sort(sales)
-		q.Reset()
-		args = args[:0]
-		q.WriteString("INSERT INTO sale_ledger (sale_id, slot, units, orders) VALUES ")
-		for i, s := range sales {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteString("(?,?,?,?)")
-			args = append(args, s, slot, ledger[s].units, ledger[s].orders)
-		}
-		q.WriteString(" ON DUPLICATE KEY UPDATE units = units + VALUES(units), orders = orders + VALUES(orders)")
-		// Last statement before COMMIT: the ledger is the one table every
-		// writer of a sale needs; hold its row as briefly as possible.
-		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return Written{}, fmt.Errorf("write orders: ledger: %w", err)
+		if err := b.addToLedger(ctx, slot, ledger); err != nil {
+			return Written{}, err
 		}
 	}
 	if beforeCommit != nil {
@@ -319,6 +221,151 @@ func writeOrders(ctx context.Context, db *sql.DB, orders []order.Order, beforeCo
 		return Written{}, fmt.Errorf("write orders: commit: %w", err)
 	}
 	return w, nil
+}
+
+// batch is the transaction of one writeOrders: its orders, one snapshot
+// per order in lock order (sale, quantity, order id), and their rows'
+// values, built once (appendRow) and given to every statement that names
+// them.
+type batch struct {
+	tx     *sql.Tx
+	orders []order.Order
+	rows   []any // rowArgs values per order, in orders' order
+	q      strings.Builder
+}
+
+// tally is what one transaction adds to a sale's ledger.
+type tally struct{ units, orders int64 }
+
+// row returns the values of b.orders[i].
+func (b *batch) row(i int) []any { return b.rows[i*rowArgs : (i+1)*rowArgs] }
+
+// insertStatement returns the multi-row insert of n rows, then tail.
+func (b *batch) insertStatement(n int, tail string) string {
+	b.q.Reset()
+	b.q.WriteString(insertRows)
+	for i := range n {
+		if i > 0 {
+			b.q.WriteByte(',')
+		}
+		b.q.WriteString(rowMarks)
+	}
+	b.q.WriteString(tail)
+	return b.q.String()
+}
+
+// insertGroups inserts the rows not yet in MySQL, one statement per group
+// of one sale and quantity whose duplicate-key update changes nothing, so
+// that its affected rows are its inserts and give the units exactly. It
+// returns the counts so far (Inserted, Duplicates), the indexes of the
+// orders of groups that met existing rows, and what each sale's ledger
+// gains.
+func (b *batch) insertGroups(ctx context.Context) (Written, []int, map[string]*tally, error) {
+	var w Written
+	var dups []int
+	ledger := map[string]*tally{}
+	for start := 0; start < len(b.orders); {
+		end := start + 1
+		for end < len(b.orders) && b.orders[end].SaleID == b.orders[start].SaleID && b.orders[end].Quantity == b.orders[start].Quantity {
+			end++
+		}
+		first, size := b.orders[start], end-start
+		// A no-op update: an existing row counts 0 affected rows.
+		q := b.insertStatement(size, " ON DUPLICATE KEY UPDATE order_id = order_id")
+		res, err := b.tx.ExecContext(ctx, q, b.rows[start*rowArgs:end*rowArgs]...)
+		if err != nil {
+			return Written{}, nil, nil, fmt.Errorf("write orders: insert: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return Written{}, nil, nil, fmt.Errorf("write orders: rows affected: %w", err)
+		}
+		if n < 0 || n > int64(size) {
+			// Would mean the driver counts found rows: the ledger would
+			// be wrong, so write nothing.
+			return Written{}, nil, nil, fmt.Errorf("write orders: %d rows affected by %d inserts", n, size)
+		}
+		if n > 0 {
+			t := ledger[first.SaleID]
+			if t == nil {
+				t = &tally{}
+				ledger[first.SaleID] = t
+			}
+			t.units += n * int64(first.Quantity)
+			t.orders += n
+		}
+		if n < int64(size) {
+			for i := start; i < end; i++ {
+				dups = append(dups, i)
+			}
+		}
+		w.Inserted += int(n)
+		w.Duplicates += size - int(n)
+		start = end
+	}
+	return w, dups, ledger, nil
+}
+
+// updateDuplicates gives the rows of the orders dups (indexes of b.orders)
+// their snapshot's state, pay_by, seq and key, in one statement in order
+// id order, and returns how many rows it changed.
+func (b *batch) updateDuplicates(ctx context.Context, dups []int) (int, error) {
+	// Every row named here exists and this transaction holds its lock
+	// (an insert's duplicate-key update locks the row it meets), so
+	// this statement inserts nothing and counts 2 per row it changes
+	// (in any column: a row whose only change is its seq is Updated).
+	// pay_by comes first: MySQL assigns left to right, and the state
+	// test must see the row's state before this update. seq and the
+	// key do not depend on the state: a final row's seq rises too.
+	slices.SortFunc(dups, func(i, j int) int { return cmp.Compare(b.orders[i].OrderID, b.orders[j].OrderID) })
+	args := make([]any, 0, rowArgs*len(dups))
+	for _, i := range dups {
+		args = append(args, b.row(i)...)
+	}
+	q := b.insertStatement(len(dups), " ON DUPLICATE KEY UPDATE"+
+		" pay_by = IF(state IN "+finalStates+", pay_by, COALESCE(VALUES(pay_by), pay_by)),"+
+		" state = IF(state IN "+finalStates+", state, VALUES(state)),"+
+		" seq = GREATEST(seq, VALUES(seq)),"+
+		" idempotency_key = COALESCE(idempotency_key, VALUES(idempotency_key))")
+	res, err := b.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("write orders: update states: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("write orders: rows affected: %w", err)
+	}
+	if n < 0 || n%2 != 0 || n > 2*int64(len(dups)) {
+		// An insert here would be a row the ledger missed.
+		return 0, fmt.Errorf("write orders: %d rows affected by %d state updates", n, len(dups))
+	}
+	return int(n / 2), nil
+}
+
+// addToLedger adds ledger to the slot of each of its sales, in sale order.
+// It is the last statement before COMMIT: the ledger is the one table
+// every writer of a sale needs; its rows are held as briefly as possible.
+func (b *batch) addToLedger(ctx context.Context, slot int, ledger map[string]*tally) error {
+	sales := make([]string, 0, len(ledger))
+	for s := range ledger {
+		sales = append(sales, s)
+	}
+	slices.Sort(sales)
+	args := make([]any, 0, 4*len(sales))
+	b.q.Reset()
+	b.q.WriteString("INSERT INTO sale_ledger (sale_id, slot, units, orders) VALUES ")
+	for i, s := range sales {
+		if i > 0 {
+			b.q.WriteByte(',')
+		}
+		b.q.WriteString("(?,?,?,?)")
+		args = append(args, s, slot, ledger[s].units, ledger[s].orders)
+	}
+	b.q.WriteString(" ON DUPLICATE KEY UPDATE units = units + VALUES(units), orders = orders + VALUES(orders)")
+	if _, err := b.tx.ExecContext(ctx, b.q.String(), args...); err != nil {
+		return fmt.Errorf("write orders: ledger: %w", err)
+	}
+	return nil
 }
 
 // IsDataError reports whether err (from WriteOrders, wrapped or not) is

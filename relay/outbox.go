@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/flashgate/flashgate/config"
 	"github.com/flashgate/flashgate/order"
@@ -71,8 +71,9 @@ func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, na
 	}
 }
 
-// room is how many more entries the outbox may hold.
-func (o *outbox) room() int { return o.window - len(o.tracked) }
+// free is how many more entries the outbox may track: the window less
+// the entries tracked.
+func (o *outbox) free() int { return o.window - len(o.tracked) }
 
 // nextRead returns when a read is next due: at once while a sale is hot
 // (noticed, found with entries, or read full last time), at the next poll
@@ -194,8 +195,8 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 }
 
 // read reads entries never delivered to any relay from the sales due for a
-// read (the hot ones; every one when the poll is due), as many as the room
-// allows, in one pipelined round trip (two when a group is to be created
+// read (the hot ones; every one when the poll is due), as many as the outbox
+// has free, in one pipelined round trip (two when a group is to be created
 // first). A sale whose read came back full is hot again: more may wait.
 // It fails only when some sale's read failed and none succeeded.
 func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
@@ -204,7 +205,7 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 		o.pollAt = now.Add(o.poll)
 	}
 	o.full = false
-	budget := o.room()
+	budget := o.free()
 	picked := o.ss.takeHot(budget)
 	if len(picked) == 0 {
 		return nil, nil
@@ -279,7 +280,7 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 // relay holds are skipped (their idle time is reset, which is harmless).
 // The entries it returns are for publishing at once.
 func (o *outbox) claim(ctx context.Context) []*entry {
-	budget := o.room()
+	budget := o.free()
 	sales := o.ss.claimable(budget)
 	if len(sales) == 0 {
 		return nil
@@ -371,19 +372,20 @@ func (o *outbox) remove(ctx context.Context) error {
 		rs = append(rs, removal{sale: sale, refs: refs})
 	}
 	// The goroutines touch only their own removal; the outbox's maps are
-	// read and changed here, by the owner, before and after.
-	var wg sync.WaitGroup
-	inFlight := make(chan struct{}, removeParallel)
+	// read and changed here, by the owner, before and after. Each keeps
+	// its own error, so that the others are removed whatever one's fate:
+	// the group's is always nil.
+	var g errgroup.Group
+	g.SetLimit(removeParallel)
 	for i := range rs {
-		inFlight <- struct{}{}
-		wg.Add(1)
-		go func(r *removal) {
-			defer func() { <-inFlight; wg.Done() }()
+		r := &rs[i]
+		g.Go(func() error {
 			keys := []string{o.keys.Outbox(r.sale), o.keys.Meta(r.sale)}
 			_, r.err = o.loader.Remove(cctx, keys, append([]any{Group}, r.refs...)...)
-		}(&rs[i])
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var firstErr error
 	for _, r := range rs {
 		if r.err != nil {

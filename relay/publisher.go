@@ -185,7 +185,7 @@ func (p *publisher) full() bool { return p.inflightLen >= p.window }
 func (p *publisher) enqueue(es []*entry) { p.retry = append(p.retry, p.pack(es)...) }
 
 // nextRetry returns when the oldest retry is due, and false when there is
-// none or the window has no room for it.
+// none or the window is full.
 func (p *publisher) nextRetry() (time.Time, bool) {
 	if len(p.retry) == 0 || p.full() {
 		return time.Time{}, false
@@ -194,7 +194,7 @@ func (p *publisher) nextRetry() (time.Time, bool) {
 }
 
 // sendDue publishes the retries that are due, oldest first, while the
-// window has room, and returns how many it sent. An error means the channel
+// window is not full, and returns how many it sent. An error means the channel
 // is unusable.
 func (p *publisher) sendDue(now time.Time) (int, error) {
 	n := 0
@@ -218,7 +218,7 @@ func (p *publisher) sendDue(now time.Time) (int, error) {
 }
 
 // sendAll publishes a batch just read, in messages of up to perMessage
-// orders, while the window has room. On an error (the channel is unusable) the messages not sent go
+// orders, while the window is not full. On an error (the channel is unusable) the messages not sent go
 // to the retry queue.
 func (p *publisher) sendAll(batch []*entry) error {
 	ms := p.pack(batch)

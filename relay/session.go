@@ -58,7 +58,7 @@ func (r *Relay) serve(ctx context.Context, s *broker.Session) error {
 			return err
 		}
 		worked := n > 0
-		if r.ob.room() > 0 && r.read.due(now) && r.readDue(now) {
+		if r.ob.free() > 0 && r.read.due(now) && r.readDue(now) {
 			batch, err := r.ob.read(ctx, now)
 			switch {
 			case err != nil:
@@ -158,7 +158,7 @@ func (r *Relay) nextChore(connected bool) time.Time {
 		return next
 	}
 	next = earlier(next, r.claim.at)
-	if at, ok := r.ob.nextRead(); ok && r.ob.room() > 0 {
+	if at, ok := r.ob.nextRead(); ok && r.ob.free() > 0 {
 		next = earlier(next, later(at, r.read.at))
 	}
 	if at, ok := r.pub.nextRetry(); ok {

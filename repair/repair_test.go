@@ -59,13 +59,13 @@ func (e *env) create(stock, limit, window int64) {
 	if err := e.rdb.SAdd(e.ctx, k.Sales(), e.sale).Err(); err != nil {
 		e.t.Fatal(err)
 	}
-	v, err := e.loader.Run(e.ctx, scripts.Admin, []string{k.Meta(e.sale), k.Users(e.sale), k.Outbox(e.sale)},
+	a, err := e.loader.Admin(e.ctx, []string{k.Meta(e.sale), k.Users(e.sale), k.Outbox(e.sale)},
 		"upsert", k.Events(), e.sale, stock, limit, "", "", window)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if c := v.([]any)[0].(int64); c != 0 {
-		e.t.Fatalf("create: code %d", c)
+	if a.Code != scripts.CodeOK {
+		e.t.Fatalf("create: code %d", a.Code)
 	}
 }
 

@@ -19,12 +19,6 @@ const Remove = "remove"
 // removeScript is the built-in remove.lua.
 var removeScript = redis.NewScript(mustBuiltin(Remove))
 
-// RemoveEntries is the remove script as a go-redis Script, run by its SHA
-// and loaded where a Redis does not know it. It is kept, without a
-// Deprecated mark (which would fail the lint of its callers), until the
-// relay calls Loader.Remove, which reads the reply; new code calls that.
-var RemoveEntries = removeScript
-
 // Remove runs the remove script: KEYS the outbox and meta of one sale, ARGV
 // the relay's group, then each entry's id and number of orders. It returns
 // the number of entries it deleted. It needs no Load and no set in use:

@@ -116,31 +116,6 @@ func (l *Loader) Reserve(ctx context.Context, keys []string, n int, args ...any)
 	return r, err
 }
 
-// AdminReply is the admin script's reply to every operation but ping: the
-// outcome and the sale as the script saw it (after the operation when it
-// applied), with Redis's clock.
-type AdminReply struct {
-	Code    Code
-	Created bool // the call created the sale
-	Now     int64
-	Stock   int64
-	Sold    int64
-	Limit   int64
-	Locked  bool
-	// StartsAt and EndsAt are Unix ms, 0 for an open start or end.
-	StartsAt, EndsAt int64
-	Buyers           int64
-	Outbox           int64 // orders in the outbox (meta outq)
-	Window           int64 // the payment window, seconds; 0 for none
-	// Orders awaiting payment, and moved to each final state.
-	Pending, Paid, Cancelled, Expired int64
-	// Buckets is the bucket count (1 for one slot); Moved, of the home of
-	// a sale of several, the units it has handed to them.
-	Buckets, Moved int64
-	// Room is the sale's waiting room as lua/queue.lua keeps it.
-	Room Room
-}
-
 // Room is a sale's waiting room as the admin and queue scripts read it
 // (lua/queue.lua says what each field is).
 type Room struct {
@@ -152,37 +127,6 @@ type Room struct {
 	// The admission clock: its version, and its anchor (Unix ms, head).
 	Version, At, Head int64
 	Key               string // the ticket key, hex; "" for a sale that never had a room
-}
-
-// adminWidth is the length of the admin script's reply: {code, created,
-// now, stock, sold, limit, locked, starts, ends, buyers, outbox, window,
-// pending, paid, cancelled, expired, buckets, moved, room, rate, pass,
-// joined, prequeue, version, at, head}, integers, and the key, a string.
-const adminWidth = 27
-
-// decodeAdmin reads the admin script's reply: adminWidth-1 integers, the
-// first the outcome code, and a string. A reply of any other shape or
-// length is an error.
-func decodeAdmin(v any) (AdminReply, error) {
-	var n [adminWidth - 1]int64
-	a, ok := v.([]any)
-	if !ok || len(a) != adminWidth {
-		return AdminReply{}, fmt.Errorf("reply is %T of %d elements, want %d", v, len(a), adminWidth)
-	}
-	for i := range n {
-		if n[i], ok = a[i].(int64); !ok {
-			return AdminReply{}, fmt.Errorf("reply element %d is %#v, want an integer", i, a[i])
-		}
-	}
-	key, ok := a[adminWidth-1].(string)
-	if !ok {
-		return AdminReply{}, fmt.Errorf("reply element %d is %#v, want a string", adminWidth-1, a[adminWidth-1])
-	}
-	return AdminReply{Code: Code(n[0]), Created: n[1] == 1, Now: n[2], Stock: n[3], Sold: n[4], Limit: n[5],
-		Locked: n[6] == 1, StartsAt: n[7], EndsAt: n[8], Buyers: n[9], Outbox: n[10], Window: n[11],
-		Pending: n[12], Paid: n[13], Cancelled: n[14], Expired: n[15], Buckets: n[16], Moved: n[17],
-		Room: Room{Mode: n[18], Rate: n[19], Pass: n[20], Joined: n[21], Prequeue: n[22],
-			Version: n[23], At: n[24], Head: n[25], Key: key}}, nil
 }
 
 // JoinReply is the queue script's reply: the outcome, each buyer's join
@@ -254,32 +198,6 @@ func (l *Loader) Join(ctx context.Context, keys []string, users []string) (JoinR
 		args[i] = u
 	}
 	return call(ctx, l, Queue, func(v any) (JoinReply, error) { return decodeJoin(v, len(users)) }, keys, args)
-}
-
-// Admin runs an operation of the admin script other than ping (keys and
-// args as lua/admin.lua says, the operation first) and returns its reply.
-// It blocks as Run does, returns Run's errors, or one wrapping ErrReply.
-func (l *Loader) Admin(ctx context.Context, keys []string, args ...any) (AdminReply, error) {
-	return call(ctx, l, Admin, decodeAdmin, keys, args)
-}
-
-// pong is the admin script's reply to ping.
-const pong = "pong"
-
-func decodePing(v any) (struct{}, error) {
-	if v != pong {
-		return struct{}{}, fmt.Errorf("reply %#v, want %q", v, pong)
-	}
-	return struct{}{}, nil
-}
-
-// Ping runs the admin script's ping (args "ping" first), which checks the
-// script path and not only the connection, and returns nil when it
-// answered "pong". It blocks as Run does, returns Run's errors, or one
-// wrapping ErrReply.
-func (l *Loader) Ping(ctx context.Context, keys []string, args ...any) error {
-	_, err := call(ctx, l, Admin, decodePing, keys, args)
-	return err
 }
 
 // OrderReply is the order script's reply to pay, cancel and get.

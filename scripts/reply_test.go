@@ -91,49 +91,6 @@ func TestDecodeReserveAllocs(t *testing.T) {
 	_ = sum
 }
 
-// The admin script's reply: twenty-six integers and the key, or an error.
-func TestDecodeAdmin(t *testing.T) {
-	good := func() []any {
-		return []any{int64(0), int64(1), int64(1700000000000), int64(10), int64(3), int64(2), int64(1),
-			int64(5), int64(6), int64(2), int64(1), int64(60), int64(1), int64(7), int64(8), int64(9), int64(4), int64(11),
-			int64(1), int64(50), int64(30), int64(12), int64(-1), int64(3), int64(1700000000500), int64(4), "00ff"}
-	}
-	want := AdminReply{Code: CodeOK, Created: true, Now: 1700000000000, Stock: 10, Sold: 3, Limit: 2, Locked: true,
-		StartsAt: 5, EndsAt: 6, Buyers: 2, Outbox: 1, Window: 60, Pending: 1, Paid: 7, Cancelled: 8, Expired: 9,
-		Buckets: 4, Moved: 11, Room: Room{Mode: 1, Rate: 50, Pass: 30, Joined: 12, Prequeue: -1, Version: 3,
-			At: 1700000000500, Head: 4, Key: "00ff"}}
-	if got, err := decodeAdmin(good()); err != nil || got != want {
-		t.Fatalf("decodeAdmin(good) = %+v, %v; want %+v", got, err, want)
-	}
-	refused := func() []any { a := good(); a[0], a[1], a[6] = int64(CodeStockBelowSold), int64(0), int64(0); return a }
-	if got, err := decodeAdmin(refused()); err != nil || got.Code != CodeStockBelowSold || got.Created || got.Locked || got.Sold != 3 {
-		t.Fatalf("decodeAdmin(refused) = %+v, %v", got, err)
-	}
-	tests := []struct {
-		name  string
-		reply func() any
-	}{
-		{"code as a string", func() any { a := good(); a[0] = "0"; return a }},
-		{"stock as a string", func() any { a := good(); a[3] = "10"; return a }},
-		{"element nil", func() any { a := good(); a[10] = nil; return a }},
-		{"short", func() any { return good()[:15] }},
-		{"eleven, as before payment windows", func() any { return good()[:11] }},
-		{"sixteen, as before buckets", func() any { return good()[:16] }},
-		{"eighteen, as before waiting rooms", func() any { return good()[:18] }},
-		{"key as an integer", func() any { a := good(); a[26] = int64(0); return a }},
-		{"long", func() any { return append(good(), int64(0)) }},
-		{"not an array", func() any { return "pong" }},
-		{"nil", func() any { return nil }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got, err := decodeAdmin(tc.reply()); err == nil || got != (AdminReply{}) {
-				t.Errorf("decodeAdmin = %+v, %v; want an error and nothing read", got, err)
-			}
-		})
-	}
-}
-
 // The queue script's reply: twelve integers and the key, then a join
 // number per buyer of the call, or an error; an accepted call always has a
 // key and every buyer's join number, a refusal none.
@@ -168,22 +125,6 @@ func TestDecodeJoin(t *testing.T) {
 	} {
 		if got, err := decodeJoin(tc.reply(), tc.users); err == nil || !reflect.DeepEqual(got, JoinReply{}) {
 			t.Errorf("%s: decodeJoin = %+v, %v; want an error and nothing read", name, got, err)
-		}
-	}
-}
-
-func TestDecodePing(t *testing.T) {
-	if _, err := decodePing("pong"); err != nil {
-		t.Errorf("decodePing(pong): %v", err)
-	}
-	for name, v := range map[string]any{
-		"another string": "PONG",
-		"an admin view":  []any{int64(0)},
-		"nil":            nil,
-		"bytes":          []byte("pong"),
-	} {
-		if _, err := decodePing(v); err == nil {
-			t.Errorf("decodePing(%s) took it", name)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/flashgate/flashgate/config"
+	"github.com/flashgate/flashgate/gateway"
 	"github.com/flashgate/flashgate/scripts"
 )
 
@@ -29,7 +30,16 @@ func parseConfig(name string, args []string, extra func(fs *flag.FlagSet)) (*con
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	return config.Load(*path, nil)
+	cfg, err := config.Load(*path, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The buyer key file is read and parsed at start, before any client
+	// or log line: a bad one stops the command with one line naming it.
+	if _, err := gateway.BuyerKey(cfg.Buyer); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // startService is the first step of a long-running subcommand: settings,

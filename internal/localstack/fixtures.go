@@ -100,19 +100,6 @@ func deleteOnNode(ctx context.Context, node redis.Cmdable, prefix string) error 
 	return iter.Err()
 }
 
-// ForEachPrimary is scripts.ForEachPrimary with fn given each primary as a
-// redis.UniversalClient, as the tests written before it call it. It is
-// kept, without a Deprecated mark (which would fail the lint of its
-// callers), until they call scripts.ForEachPrimary, whose fn takes the
-// node as a redis.Cmdable and its address; new code calls that.
-func ForEachPrimary(ctx context.Context, rdb redis.UniversalClient, fn func(ctx context.Context, node redis.UniversalClient) error) error {
-	return scripts.ForEachPrimary(ctx, rdb, func(ctx context.Context, node redis.Cmdable, _ string) error {
-		// scripts.ForEachPrimary hands over a primary's *redis.Client, or
-		// rdb itself: a UniversalClient either way.
-		return fn(ctx, node.(redis.UniversalClient))
-	})
-}
-
 // Cluster reports whether the tests run on a Redis Cluster (RedisAddrs
 // holds several addresses).
 func Cluster() bool { return len(RedisAddrs) > 1 }

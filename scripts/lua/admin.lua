@@ -27,15 +27,18 @@
 --   lock | unlock
 --   ping                         answers 'pong' (readiness check of the script path)
 --
--- Returns {code, created, now, stock, sold, limit, locked, starts, ends, buyers,
--- outbox, window, pending, paid, cancelled, expired, buckets, moved, room,
--- rate, pass, joined, prequeue, clock version, clock at, clock head,
--- key}; outbox is meta outq, the orders and changes of state in the outbox
--- (the reserve script), or the outbox's length for a sale that has no count
--- yet. The waiting room's fields are queue.lua's: prequeue is -1 until a
--- random room's pre-queue is sealed, which a get at or after the start
--- does; the clock is the admission clock in effect (queue.lua says how it
--- is read), key the ticket key ('' for a sale that never had a room).
+-- Returns the sale as field name, value pairs (decoded by name in
+-- scripts/reply.go, which refuses a reply with a field missing, unknown or
+-- given twice): code, created, now, stock, sold, limit, locked, starts,
+-- ends, buyers, outbox, window, pending, paid, cancelled, expired,
+-- buckets, moved, room, rate, pass, joined, prequeue, version, at, head,
+-- integers, and key, a string. outbox is meta outq, the orders and
+-- changes of state in the outbox (the reserve script), or the outbox's
+-- length for a sale that has no count yet. The waiting room's fields are
+-- queue.lua's: prequeue is -1 until a random room's pre-queue is sealed,
+-- which a get at or after the start does; version, at and head are the
+-- admission clock in effect (queue.lua says how it is read), key the
+-- ticket key ('' for a sale that never had a room).
 --
 -- A sale of several buckets keeps here, in its home slot, the whole stock
 -- and its settings, and moved: the units handed to its buckets and not
@@ -90,13 +93,16 @@ local function view(code)
     'window', 'pending', 'paid', 'cancelled', 'expired', 'buckets', 'moved', 'outq',
     'wr', 'aps', 'pass', 'joined', 'preq', 'qv', 'qt', 'qh', 'born', 'wkey')
   local at, h = clock(tonumber(m[5]) or 0, tonumber(m[23]) or 0, m[21], m[22])
-  return {code, created, now, tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0,
-    tonumber(m[4]) or 0, tonumber(m[5]) or 0, tonumber(m[6]) or 0,
-    redis.call('HLEN', KEYS[2]), tonumber(m[14]) or redis.call('XLEN', KEYS[3]),
-    tonumber(m[7]) or 0, tonumber(m[8]) or 0, tonumber(m[9]) or 0, tonumber(m[10]) or 0,
-    tonumber(m[11]) or 0, tonumber(m[12]) or 1, tonumber(m[13]) or 0,
-    tonumber(m[15]) or 0, tonumber(m[16]) or RATE, tonumber(m[17]) or PASS, tonumber(m[18]) or 0,
-    tonumber(m[19]) or -1, tonumber(m[20]) or 0, at, h, m[24] or ''}
+  return {'code', code, 'created', created, 'now', now,
+    'stock', tonumber(m[1]) or 0, 'sold', tonumber(m[2]) or 0, 'limit', tonumber(m[3]) or 0,
+    'locked', tonumber(m[4]) or 0, 'starts', tonumber(m[5]) or 0, 'ends', tonumber(m[6]) or 0,
+    'buyers', redis.call('HLEN', KEYS[2]), 'outbox', tonumber(m[14]) or redis.call('XLEN', KEYS[3]),
+    'window', tonumber(m[7]) or 0, 'pending', tonumber(m[8]) or 0, 'paid', tonumber(m[9]) or 0,
+    'cancelled', tonumber(m[10]) or 0, 'expired', tonumber(m[11]) or 0,
+    'buckets', tonumber(m[12]) or 1, 'moved', tonumber(m[13]) or 0,
+    'room', tonumber(m[15]) or 0, 'rate', tonumber(m[16]) or RATE, 'pass', tonumber(m[17]) or PASS,
+    'joined', tonumber(m[18]) or 0, 'prequeue', tonumber(m[19]) or -1,
+    'version', tonumber(m[20]) or 0, 'at', at, 'head', h, 'key', m[24] or ''}
 end
 
 if op == 'upsert' then
