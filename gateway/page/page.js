@@ -205,8 +205,9 @@
       showOrder(r.body);
       say("Your order is taken.");
       followOrder();
-      ui.buy.disabled = false;
+      // Not at once: the second click of a double click must not buy again.
       ui.buy.textContent = "Buy another";
+      later("again", 2000, function () { ui.buy.disabled = false; });
       return;
     }
     keep();

@@ -169,3 +169,17 @@ func (tab *Tab) Screenshot(path string) (width, height int) {
 	}
 	return cfg.Width, cfg.Height
 }
+
+// Keys types keys into the page as a keyboard does, to whatever has the
+// focus: text, or chromedp's kb names ("\t" is Tab, "\r" Enter).
+func (tab *Tab) Keys(keys string) {
+	tab.t.Helper()
+	tab.run("type "+jsString(keys), chromedp.KeyEvent(keys))
+}
+
+// DoubleClick double-clicks the element sel, as a mouse does: two clicks
+// in a row, the second with a click count of 2.
+func (tab *Tab) DoubleClick(sel string) {
+	tab.t.Helper()
+	tab.run("double-click "+sel, chromedp.DoubleClick(chromedp.CSS(sel), chromedp.NodeVisible))
+}
