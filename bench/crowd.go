@@ -176,6 +176,35 @@ func (w *crowdWorker) do(hc *fasthttp.HostClient, timeout time.Duration) []byte 
 	return body
 }
 
+// CrowdPage loads the sale page of o.Sale (GET /s/{sale}) from o.Conns
+// connections for o.Duration, as a crowd refreshing it would; each answer
+// is counted by its HTTP code ("200", "304", …). It blocks for that long;
+// its error is for unusable options only.
+func CrowdPage(ctx context.Context, o CrowdOptions) (*CrowdResult, error) {
+	o, hc, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	target := o.URL + "/s/" + o.Sale
+	return crowd(ctx, o, hc, func(w *crowdWorker, _ int) {
+		w.req.Header.SetMethod(fasthttp.MethodGet)
+		w.req.SetRequestURI(target)
+	}, func(w *crowdWorker) bool {
+		t0 := time.Now()
+		err := hc.DoTimeout(&w.req, &w.resp, o.Timeout)
+		w.hist.Record(time.Since(t0))
+		switch {
+		case err != nil:
+			w.statuses["error"]++
+		case w.resp.StatusCode() == fasthttp.StatusOK:
+			w.statuses["200"]++
+		default:
+			w.statuses[strconv.Itoa(w.resp.StatusCode())]++
+		}
+		return true
+	}), nil
+}
+
 // CrowdJoin joins distinct buyers to the queue of o.Sale, from o.Conns
 // connections, for o.Duration or until o.Users have joined. It blocks for
 // that long; its error is for unusable options only (wrapping ErrOptions).

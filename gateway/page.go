@@ -42,7 +42,7 @@ type page struct {
 	// csp is the built-in page's Content-Security-Policy, which allows its
 	// own inline style and script and calls to its own origin only; a
 	// shop's template gets none of ours.
-	csp string
+	csp []byte
 }
 
 // pageData is what a template is executed with: the built-in page's
@@ -89,8 +89,8 @@ func buildPage(path string) (*page, error) {
 	sum := sha256.Sum256(b.Bytes())
 	p := &page{body: b.Bytes(), etag: []byte(`"` + hex.EncodeToString(sum[:12]) + `"`)}
 	if path == "" {
-		p.csp = "default-src 'none'; style-src " + cspHash(style) + "; script-src " + cspHash(script) +
-			"; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+		p.csp = []byte("default-src 'none'; style-src " + cspHash(style) + "; script-src " + cspHash(script) +
+			"; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 	}
 	return p, nil
 }
@@ -160,19 +160,26 @@ func (sp *salePages) build() (*page, error) {
 // use makes p the page served from now on.
 func (sp *salePages) use(p *page) { sp.cur.Store(p) }
 
+// The page's headers, as bytes: serving it converts nothing.
 var (
-	htmlType     = []byte("text/html; charset=utf-8")
-	pageCache    = []byte("no-cache") // kept, but asked again: a 304 while it holds
-	pageNoSniff  = []byte("nosniff")
-	pageReferrer = []byte("no-referrer")
+	htmlType       = []byte("text/html; charset=utf-8")
+	hdrETag        = []byte("ETag")
+	hdrCache       = []byte("Cache-Control")
+	hdrCSP         = []byte("Content-Security-Policy")
+	hdrNoSniff     = []byte("X-Content-Type-Options")
+	hdrReferrer    = []byte("Referrer-Policy")
+	hdrIfNoneMatch = []byte("If-None-Match")
+	pageCache      = []byte("no-cache") // kept, but asked again: a 304 while it holds
+	pageNoSniff    = []byte("nosniff")
+	pageReferrer   = []byte("no-referrer")
 )
 
 // servePage answers GET /s/{sale}: the page, a 304 to a revisit of the same
 // bytes, or the page of an unknown sale (404).
 func (s *Server) servePage(ctx *fasthttp.RequestCtx, saleB []byte) {
 	h := &ctx.Response.Header
-	h.SetBytesV("X-Content-Type-Options", pageNoSniff)
-	h.SetBytesV("Referrer-Policy", pageReferrer)
+	h.SetCanonical(hdrNoSniff, pageNoSniff)
+	h.SetCanonical(hdrReferrer, pageReferrer)
 	h.SetContentTypeBytes(htmlType)
 	exists, err := s.pages.known.exists(saleB, time.Now(), s.cfg.Cache.ClosedTTL, func() (bool, error) {
 		rctx, cancel := s.redisCtx()
@@ -187,12 +194,12 @@ func (s *Server) servePage(ctx *fasthttp.RequestCtx, saleB []byte) {
 	// Redis not answering is no reason to refuse the page: its own calls
 	// will say so, and retry.
 	p := s.pages.cur.Load()
-	h.SetBytesV("ETag", p.etag)
-	h.SetBytesV("Cache-Control", pageCache)
-	if p.csp != "" {
-		h.Set("Content-Security-Policy", p.csp)
+	h.SetCanonical(hdrETag, p.etag)
+	h.SetCanonical(hdrCache, pageCache)
+	if p.csp != nil {
+		h.SetCanonical(hdrCSP, p.csp)
 	}
-	if inm := ctx.Request.Header.Peek("If-None-Match"); len(inm) > 0 && bytes.Contains(inm, p.etag) {
+	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && bytes.Contains(inm, p.etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		ctx.Response.SkipBody = true
 		return
@@ -207,7 +214,7 @@ func (s *Server) servePage(ctx *fasthttp.RequestCtx, saleB []byte) {
 // at the same time. It holds at most maxPageSales entries and starts again
 // empty beyond, so that requests for made-up ids cannot grow it.
 type pageSales struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	m     map[string]int64 // sale → 0: exists; else unknown until (Unix ms)
 	group singleflight.Group
 }
@@ -215,9 +222,9 @@ type pageSales struct {
 const maxPageSales = 1 << 16
 
 func (k *pageSales) exists(id []byte, now time.Time, unknownFor time.Duration, lookup func() (bool, error)) (bool, error) {
-	k.mu.Lock()
+	k.mu.RLock()
 	until, ok := k.m[string(id)]
-	k.mu.Unlock()
+	k.mu.RUnlock()
 	if ok && (until == 0 || now.UnixMilli() < until) {
 		return until == 0, nil
 	}

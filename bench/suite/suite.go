@@ -161,9 +161,9 @@ func (s *suite) start(ctx context.Context, o localstack.LaunchOptions, cpu strin
 
 // startBare starts the bare server answering every request with reply
 // (accepted, sold_out, waiting), on cpu.
-func (s *suite) startBare(ctx context.Context, reply, cpu, log string) (*localstack.Process, string, error) {
+func (s *suite) startBare(ctx context.Context, reply, cpu, log string, extra ...string) (*localstack.Process, string, error) {
 	addr := freeAddrs(1)[0]
-	p, err := s.start(ctx, localstack.LaunchOptions{Name: log, Bin: s.bare, Args: []string{"-addr", addr, "-reply", reply},
+	p, err := s.start(ctx, localstack.LaunchOptions{Name: log, Bin: s.bare, Args: append([]string{"-addr", addr, "-reply", reply}, extra...),
 		Ready: "http://" + addr + "/", AnyAnswer: true, StopWait: 30 * time.Second}, cpu)
 	return p, "http://" + addr, err
 }
