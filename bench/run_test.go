@@ -71,21 +71,8 @@ func startGateway(t *testing.T) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- parts.Run(runCtx, srv) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway Run: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("gateway did not stop")
-		}
-		rdb.Close()
-	})
+	t.Cleanup(func() { rdb.Close() })
+	localstack.RunUntilCleanup(t, "gateway", 10*time.Second, func(ctx context.Context) error { return parts.Run(ctx, srv) })
 	return &testGateway{public: "http://" + srv.Addr(), admin: "http://" + srv.AdminAddr(),
 		rdb: rdb, keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix}}
 }

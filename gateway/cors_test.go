@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,19 +17,10 @@ const (
 // JSON, a preflight has no body).
 func (g *testGateway) raw(method, url, body string, hdr map[string]string) (*http.Response, []byte) {
 	g.t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	res, err := g.client.Do(req)
+	res, b, err := g.exchange(method, url, body, hdr)
 	if err != nil {
 		g.t.Fatalf("%s %s: %v", method, url, err)
 	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
 	return res, b
 }
 

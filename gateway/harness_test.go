@@ -120,9 +120,6 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 		rdb.Close()
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- parts.Run(runCtx, srv) }()
 	g := &testGateway{
 		t: t, srv: srv, sales: parts.Sales, sweeper: parts.Sweeper, cfg: cfg, rdb: rdb, loader: parts.Loader,
 		keys: scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
@@ -131,19 +128,11 @@ func startGatewayLog(t testing.TB, log *zap.Logger, opts ...gwOption) *testGatew
 			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256, DisableCompression: true}},
 	}
 	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("gateway did not stop")
-		}
 		g.client.CloseIdleConnections()
 		localstack.DropKeys(t, rdb, cfg.Redis.KeyPrefix)
 		rdb.Close()
 	})
+	localstack.RunUntilCleanup(t, "gateway", 20*time.Second, func(ctx context.Context) error { return parts.Run(ctx, srv) })
 	// The announcements' subscription clears the closed-sale memory when it
 	// comes up; wait for it, so that no test sees that happen mid-way.
 	for deadline := time.Now().Add(10 * time.Second); !srv.closed.subscribed.Load(); {
@@ -169,22 +158,31 @@ func (r response) num(k string) int64 { f, _ := r.body[k].(float64); return int6
 
 func (r response) str(k string) string { s, _ := r.body[k].(string); return s }
 
-func (g *testGateway) do(method, url, body string, hdr map[string]string) response {
-	g.t.Helper()
+// exchange sends a request and reads its answer whole.
+func (g *testGateway) exchange(method, url, body string, hdr map[string]string) (*http.Response, []byte, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
-		g.t.Fatal(err)
+		return nil, nil, err
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	res, err := g.client.Do(req)
 	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	return res, raw, err
+}
+
+func (g *testGateway) do(method, url, body string, hdr map[string]string) response {
+	g.t.Helper()
+	res, raw, err := g.exchange(method, url, body, hdr)
+	if err != nil {
 		g.t.Errorf("%s %s: %v", method, url, err)
 		return response{}
 	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
 	r := response{code: res.StatusCode, raw: raw, hdr: res.Header}
 	if err := json.Unmarshal(raw, &r.body); err != nil {
 		g.t.Errorf("%s %s: %d body is not JSON: %q", method, url, res.StatusCode, raw)

@@ -208,7 +208,7 @@ func (g *Gateway) reloadOnHangup(ctx context.Context, edge Edge) {
 			_, err := edge.Reload(rctx, "SIGHUP")
 			cancel()
 			if err != nil {
-				g.log.Error("reload on SIGHUP failed; the previous scripts and page stay", zap.Error(err))
+				g.log.Error("script reload on SIGHUP failed; the previous scripts and page stay", zap.Error(err))
 			}
 		}
 	}

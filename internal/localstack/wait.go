@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -31,4 +32,26 @@ func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool
 		time.Sleep(min(pause, left))
 		pause = min(2*pause, pollMax)
 	}
+}
+
+// RunUntilCleanup runs run(ctx) in a goroutine until the test ends: then
+// it cancels ctx and waits for run to return, at most wait, and fails tb
+// when run returned an error or did not return. Cleanups registered after
+// it run before it: register what must outlive run (a client run uses)
+// first.
+func RunUntilCleanup(tb testing.TB, what string, wait time.Duration, run func(ctx context.Context) error) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	tb.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("%s: %v", what, err)
+			}
+		case <-time.After(wait):
+			tb.Errorf("%s did not stop within %v", what, wait)
+		}
+	})
 }
