@@ -95,6 +95,12 @@ func TestBrowserWaitingRoom(t *testing.T) {
 	if _, ok := late.Attr(`[data-fg="join"]`, "disabled"); !ok {
 		t.Errorf("a sold-out sale offers to join")
 	}
+	// Sold out, the pages still polling hear 410 and stop.
+	for _, tab := range tabs {
+		tab.WaitText(`[data-fg="message"]`, "Sold out")
+		tab.Navigate("about:blank")
+		onlyStatus(t, tab, 410)
+	}
 	s.waitDrained(sale, 30*time.Second)
 	owners, _ := s.owners(sale)
 	if len(owners) != 3 {
@@ -172,9 +178,17 @@ func TestBrowserBuyOnce(t *testing.T) {
 // (a buy the page retried); it returns the 429s.
 func onlyBusy(t *testing.T, tab *browser.Tab) int {
 	t.Helper()
+	return onlyStatus(t, tab, 429)
+}
+
+// onlyStatus takes the problems of tab and fails the test on any but an
+// answer with the given HTTP code, which the page expects; it returns how
+// many there were.
+func onlyStatus(t *testing.T, tab *browser.Tab, code int) int {
+	t.Helper()
 	n := 0
 	for _, p := range tab.Problems() {
-		if !strings.Contains(p.Text, "status of 429") {
+		if !strings.Contains(p.Text, fmt.Sprintf("status of %d", code)) {
 			t.Errorf("the page ran into %s", p)
 			continue
 		}
