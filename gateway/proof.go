@@ -15,16 +15,11 @@ import (
 // sealed at the start. It is answered from the gateway's memory of the
 // room, as a poll is; a sale without a random room is 409 conflict.
 func (s *Server) serveProof(ctx *fasthttp.RequestCtx, saleB []byte) {
-	rm, _, err := s.rooms.get(saleB, time.Now())
-	if err != nil {
-		s.unavailable(ctx, "room", err)
+	rm, _, ok := s.heldRoom(ctx, saleB, time.Now())
+	if !ok {
 		return
 	}
-	switch {
-	case rm == noSale:
-		write(ctx, replyNotFound)
-		return
-	case rm.Mode != sale.RoomRandom:
+	if rm.Mode != sale.RoomRandom {
 		write(ctx, replyNoRoom)
 		return
 	}

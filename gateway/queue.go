@@ -97,17 +97,8 @@ func parseJoin(body []byte, sub string) (string, reply) {
 // servePoll answers a poll from memory; the router checked saleB.
 func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string) {
 	now := time.Now()
-	rm, e, err := s.rooms.get(saleB, now)
-	if err != nil {
-		s.unavailable(ctx, "room", err)
-		return
-	}
-	switch {
-	case rm == noSale:
-		write(ctx, replyNotFound)
-		return
-	case rm.Mode == sale.RoomOff:
-		write(ctx, replyNoRoom)
+	rm, e, ok := s.heldRoom(ctx, saleB, now)
+	if !ok {
 		return
 	}
 	e.polls.Add(1)
@@ -130,6 +121,25 @@ func (s *Server) servePoll(ctx *fasthttp.RequestCtx, saleB []byte, buyer string)
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.Response.Header.SetContentTypeBytes(jsonType)
 	ctx.Response.SetBody(appendQueueView(buf[:0], rm, &st, raw, rm.Remaining))
+}
+
+// heldRoom returns what the gateway holds of the room of saleB (read
+// from Redis first when it holds nothing), or answers the request itself:
+// 503 when Redis cannot answer, 404 for no sale, 409 for a sale without a
+// room.
+func (s *Server) heldRoom(ctx *fasthttp.RequestCtx, saleB []byte, now time.Time) (*sale.Room, *roomEntry, bool) {
+	rm, e, err := s.rooms.get(saleB, now)
+	switch {
+	case err != nil:
+		s.unavailable(ctx, "room", err)
+	case rm == noSale:
+		write(ctx, replyNotFound)
+	case rm.Mode == sale.RoomOff:
+		write(ctx, replyNoRoom)
+	default:
+		return rm, e, true
+	}
+	return nil, nil, false
 }
 
 // where asks the room rm where the request's ticket stands at now (Unix
