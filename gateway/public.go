@@ -31,6 +31,9 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 	// checked, and its ticket must be the token's buyer's.
 	authPoll := m.route == routePoll && len(ctx.Request.Header.Peek("Authorization")) > 0
 	if m.route == routeBuy || m.route == routeOrderStatus || m.route == routeJoin || authPoll {
+		if s.answeredClosed(ctx, m) {
+			return
+		}
 		var ok bool
 		if buyer, ok = s.authenticate(ctx, m.route); !ok {
 			return
@@ -67,6 +70,32 @@ func (s *Server) servePublic(ctx *fasthttp.RequestCtx) {
 	default:
 		write(ctx, replyNotFound)
 	}
+}
+
+// answeredClosed answers, before the buyer's token is checked, a buy or a
+// join of a sale this gateway knows to be sold out or ended (API.md "Buyer
+// authentication"): the public sale view tells anyone as much, and the
+// crowd that arrives after the last unit then costs no signature check. A
+// buy with an Idempotency-Key goes on to the token: its repeat answers the
+// first answer, which may be a 202. It reports whether it answered.
+func (s *Server) answeredClosed(ctx *fasthttp.RequestCtx, m match) bool {
+	if s.auth == nil || m.miss.code != 0 || m.route != routeBuy && m.route != routeJoin {
+		return false
+	}
+	if m.route == routeBuy && len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 {
+		return false
+	}
+	now := time.Now()
+	err := s.closed.get(m.sale, now)
+	if !errors.Is(err, sale.ErrSoldOut) && !errors.Is(err, sale.ErrEnded) {
+		return false
+	}
+	status := write(ctx, replyFor(err))
+	if m.route == routeBuy {
+		s.metrics.shortCircuit.Inc()
+		s.metrics.observeBuy(status, now)
+	}
+	return true
 }
 
 // authenticate checks the buyer's token of a buy or an order-status request
