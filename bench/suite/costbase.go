@@ -13,12 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/flashgate/flashgate/bench"
 )
@@ -138,18 +138,16 @@ func (s *suite) costMariaDB(ctx context.Context) (float64, error) {
 	batches := (mariaRows + mariaBatch - 1) / mariaBatch
 	var (
 		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		conns errgroup.Group // the first error of any connection
 	)
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	for range mariaConns {
-		wg.Go(func() {
+		conns.Go(func() error {
 			args := make([]any, 0, 7*mariaBatch)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= batches {
-					return
+					return nil
 				}
 				args = args[:0]
 				for j := range mariaBatch {
@@ -157,17 +155,13 @@ func (s *suite) costMariaDB(ctx context.Context) (float64, error) {
 					args = append(args, fmt.Sprintf("%028x", n), "costrows", fmt.Sprintf("u%010d-%05d", n, n%100000), 1, at, "confirmed", nil)
 				}
 				if _, err := db.ExecContext(ctx, query, args...); err != nil {
-					mu.Lock()
-					first = keepFirst(first, err)
-					mu.Unlock()
-					return
+					return err
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		return 0, first
+	if err := conns.Wait(); err != nil {
+		return 0, err
 	}
 	after, err := cpuOf(procs)
 	if err != nil {
@@ -182,14 +176,6 @@ func (s *suite) costMariaDB(ctx context.Context) (float64, error) {
 		return 0, fmt.Errorf("%d rows inserted of %d", got, rows)
 	}
 	return perUnit(before, after, procMariaDB, rows), nil
-}
-
-// keepFirst keeps the first error.
-func keepFirst(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // leanScript is the least a reservation must do in Redis, batched: check
@@ -258,18 +244,16 @@ func (s *suite) costLean(ctx context.Context) (float64, error) {
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	var (
 		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		conns errgroup.Group // the first error of any connection
 	)
 	for range leanConns {
-		wg.Go(func() {
+		conns.Go(func() error {
 			args := make([]any, 1+2*leanPerCall)
 			args[0] = now
 			for {
 				c := next.Add(1) - 1
 				if c >= leanCalls {
-					return
+					return nil
 				}
 				for j := range leanPerCall {
 					n := c*leanPerCall + int64(j)
@@ -280,17 +264,13 @@ func (s *suite) costLean(ctx context.Context) (float64, error) {
 					err = fmt.Errorf("a reservation was refused: %v", codes)
 				}
 				if err != nil {
-					mu.Lock()
-					first = keepFirst(first, err)
-					mu.Unlock()
-					return
+					return err
 				}
 			}
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		return 0, first
+	if err := conns.Wait(); err != nil {
+		return 0, err
 	}
 	after, err := cpuOf(procs)
 	if err != nil {
