@@ -295,10 +295,7 @@ func TestPaymentRedisRestart(t *testing.T) {
 	// (buys, pays and views 503) until the consumer's repairer has checked
 	// it against MySQL.
 	ctx := context.Background()
-	localstack.WaitFor(t, time.Minute, "the sale released after its check against MySQL", func() bool {
-		h, err := s.rdb.HExists(ctx, s.keys.Meta(sale), "hold").Result()
-		return err == nil && !h
-	})
+	s.waitRepaired(sale, time.Minute)
 
 	// What Redis kept: pending orders with their pay_by, in the due set
 	// at that score; the others as they were.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,24 @@ func (s *stack) useRedis(r *redisProc) {
 	_ = s.rdb.Close()
 	s.rdb = redis.NewClient(&redis.Options{Addr: r.addr})
 	s.cfg.Redis.Addrs = []string{r.addr}
+}
+
+// waitRepaired waits until the sale is checked against MySQL under the
+// Redis s.rdb reaches now: meta rid names this Redis's history and hold
+// is gone. After a restart, no hold alone is not enough: until a hold pass
+// or a script has touched the sale it carries the old history's rid and no
+// hold yet, and the next call holds it (the hold script).
+func (s *stack) waitRepaired(sale string, timeout time.Duration) {
+	s.t.Helper()
+	ctx := context.Background()
+	localstack.WaitFor(s.t, timeout, "the sale "+sale+" released after its check against MySQL", func() bool {
+		info, err := s.rdb.Info(ctx, "replication").Result()
+		if err != nil {
+			return false
+		}
+		_, rid, _ := strings.Cut(info, "master_replid:")
+		rid, _, _ = strings.Cut(rid, "\r\n")
+		m, err := s.rdb.HMGet(ctx, s.keys.Meta(sale), "rid", "hold").Result()
+		return err == nil && rid != "" && m[0] == rid && m[1] == nil
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -205,11 +204,7 @@ func TestRoomRedisRestart(t *testing.T) {
 		code, _, err := httpDo(hc, "GET", "http://"+g.public+"/readyz", "")
 		return err == nil && code == 200
 	})
-	ctx := context.Background()
-	localstack.WaitFor(t, time.Minute, "the sale released after its check against MySQL", func() bool {
-		h, err := s.rdb.HExists(ctx, s.keys.Meta(sale), "hold").Result()
-		return err == nil && !h
-	})
+	s.waitRepaired(sale, time.Minute)
 	// A gateway that knew nothing before the restart: what it knows of
 	// the room it reads from the restarted Redis.
 	g2 := s.startGateway(nil)
