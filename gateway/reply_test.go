@@ -28,18 +28,20 @@ func TestMalformedScriptReplyIs503(t *testing.T) {
 	g := startGateway(t, func(c *config.Config) { c.Scripts.Dir = dir })
 	g.mustSale("mal", `{"stock":10,"per_user_limit":10}`)
 
-	// Each reserve reply names the order it was sent (ARGV[3]), as the real
-	// script does, so that only its shape is wrong.
+	// Each reserve reply names the order it was sent (oid, the first field
+	// of ARGV[3]), as the real script does, so that only its shape is wrong.
+	const oid = "local oid = string.match(ARGV[3], '^[^\\t]+')\n"
 	const adminPing = "if ARGV[1] == 'ping' then return 'pong' end\n"
 	rows := []struct {
 		name, script, src string
 	}{
-		{"reserve: code as a string", scripts.Reserve, "return {'0', ARGV[3], 0}"},
-		{"reserve: order id as an integer", scripts.Reserve, "return {0, 0, 0}"},
-		{"reserve: pay_by as a string", scripts.Reserve, "return {0, ARGV[3], '0'}"},
-		{"reserve: short", scripts.Reserve, "return {0, ARGV[3]}"},
-		{"reserve: long", scripts.Reserve, "return {0, ARGV[3], 0, 0, ARGV[3], 0}"},
-		{"reserve: not a table", scripts.Reserve, "return 'OK'"},
+		{"reserve: code not a number", scripts.Reserve, oid + "return 'ok\\t' .. oid .. '\\t0\\n'"},
+		{"reserve: no order id", scripts.Reserve, "return '0\\t\\t0\\n'"},
+		{"reserve: pay_by not a number", scripts.Reserve, oid + "return '0\\t' .. oid .. '\\tsoon\\n'"},
+		{"reserve: short", scripts.Reserve, oid + "return '0\\t' .. oid .. '\\n'"},
+		{"reserve: long", scripts.Reserve, oid + "return '0\\t' .. oid .. '\\t0\\n0\\t' .. oid .. '\\t0\\n'"},
+		{"reserve: no newline", scripts.Reserve, oid + "return '0\\t' .. oid .. '\\t0'"},
+		{"reserve: a table, the old form", scripts.Reserve, oid + "return {0, oid, 0}"},
 		{"admin: code as a string", scripts.Admin, adminPing + "return {'0', 0, 0, 10, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}"},
 		{"admin: stock as a string", scripts.Admin, adminPing + "return {0, 0, 0, '10', 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}"},
 		{"admin: short", scripts.Admin, adminPing + "return {0, 0, 0, 10}"},

@@ -79,12 +79,11 @@ func (e *env) sellWindow(sale string, n, window int) {
 	// One call per order, so that each is an outbox entry of its own and
 	// the tests can deliver or lose one at a time.
 	for i := range n {
-		v, err := e.loader.Run(ctx, scripts.Reserve, e.saleKeys(sale), sale, 60, sale+"-o"+strconv.Itoa(i), "u"+strconv.Itoa(i), 1+i%2, 0)
+		r, err := e.loader.Reserve(ctx, e.saleKeys(sale), sale, new(scripts.ReserveBatch).Add(sale+"-o"+strconv.Itoa(i), "u"+strconv.Itoa(i), 1+i%2, 0))
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		// code, order id, pay_by
-		if code := v.([]any)[0].(int64); code != 0 {
+		if code := r.At(0).Code; code != scripts.CodeOK {
 			e.t.Fatalf("reservation %d: code %d", i, code)
 		}
 	}

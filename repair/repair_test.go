@@ -82,12 +82,11 @@ func (e *env) reserve(user string, qty int64, idem string) (scripts.Code, string
 		keys = append(keys, k.Idem(e.sale, idem))
 		ik = len(keys)
 	}
-	v, err := e.loader.Run(e.ctx, scripts.Reserve, keys, e.sale, int64(scripts.IdemTTL/time.Second), oid, user, qty, ik)
+	r, err := e.loader.Reserve(e.ctx, keys, e.sale, new(scripts.ReserveBatch).Add(oid, user, int(qty), ik))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := v.([]any)
-	return scripts.Code(out[0].(int64)), out[1].(string)
+	return r.At(0).Code, r.At(0).OrderID
 }
 
 // orderOp runs the order script (pay, cancel) on one order.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/flashgate/flashgate/scripts"
 )
@@ -102,17 +101,21 @@ func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation
 	keys := make([]string, 5, 5+len(rs))
 	keys[0], keys[1], keys[2], keys[3], keys[4] = s.keys.Meta(id), s.keys.Users(id), s.keys.Outbox(id),
 		s.keys.Orders(id), s.keys.Due(id)
-	args := make([]any, 2, 2+4*len(rs))
-	args[0], args[1] = sale, int64(scripts.IdemTTL/time.Second)
+	var b scripts.ReserveBatch
+	size := 0
+	for _, r := range rs {
+		size += len(r.OrderID) + len(r.UserID) + 12
+	}
+	b.Grow(size)
 	for _, r := range rs {
 		ik := 0
 		if r.IdemKey != "" {
 			keys = append(keys, s.keys.Idem(id, r.IdemKey))
 			ik = len(keys)
 		}
-		args = append(args, r.OrderID, r.UserID, r.Quantity, ik)
+		b.Add(r.OrderID, r.UserID, r.Quantity, ik)
 	}
-	r, err := s.loader.Reserve(ctx, keys, len(rs), args...)
+	r, err := s.loader.Reserve(ctx, keys, sale, &b)
 	unconfirmed := errors.Is(err, scripts.ErrUnconfirmed)
 	if err != nil && !unconfirmed {
 		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)

@@ -39,7 +39,6 @@ func TestScriptsHoldAnotherHistory(t *testing.T) {
 	if _, err := l.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ttl := int64(scripts.IdemTTL / time.Second)
 	open, gone := newSaleOf(k, "open"), newSaleOf(k, "gone")
 	for _, s := range []saleOf{open, gone} {
 		stock := "5"
@@ -49,7 +48,7 @@ func TestScriptsHoldAnotherHistory(t *testing.T) {
 		if a, err := l.Admin(ctx, s.admin, "upsert", k.Events(), s.id, stock, "2", "", "", "", "", ""); err != nil || a.Code != scripts.CodeOK {
 			t.Fatalf("create %s: %+v, %v", s.id, a, err)
 		}
-		r, err := l.Reserve(ctx, s.rsv, 1, s.id, ttl, s.id+"-o1", "u1", 1, 0)
+		r, err := l.Reserve(ctx, s.rsv, s.id, new(scripts.ReserveBatch).Add(s.id+"-o1", "u1", 1, 0))
 		if err != nil || r.At(0).Code != scripts.CodeOK {
 			t.Fatalf("first buy of %s under this history: %+v, %v", s.id, r.At(0), err)
 		}
@@ -60,7 +59,7 @@ func TestScriptsHoldAnotherHistory(t *testing.T) {
 		}
 	}
 
-	r, err := l.Reserve(ctx, open.rsv, 1, open.id, ttl, "open-o2", "u2", 1, 0)
+	r, err := l.Reserve(ctx, open.rsv, open.id, new(scripts.ReserveBatch).Add("open-o2", "u2", 1, 0))
 	if err != nil || r.At(0).Code != scripts.CodeRepairing {
 		t.Errorf("buy of a sale of another history: %+v, %v; want REPAIRING", r.At(0), err)
 	}
@@ -83,7 +82,7 @@ func TestScriptsHoldAnotherHistory(t *testing.T) {
 	if h, _ := rdb.HGet(ctx, k.Meta(gone.id), "hold").Result(); h != "1" {
 		t.Errorf("hold after the order call = %q, want 1", h)
 	}
-	r, err = l.Reserve(ctx, gone.rsv, 1, gone.id, ttl, "gone-o2", "u2", 1, 0)
+	r, err = l.Reserve(ctx, gone.rsv, gone.id, new(scripts.ReserveBatch).Add("gone-o2", "u2", 1, 0))
 	if err != nil || r.At(0).Code != scripts.CodeSoldOut {
 		t.Errorf("buy of a held sale with no unit left: %+v, %v; want SOLD_OUT", r.At(0), err)
 	}
@@ -131,11 +130,10 @@ func TestReplicatedWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSaleOf(k, "rep")
-	ttl := int64(scripts.IdemTTL / time.Second)
 	call := func(d time.Duration, oid, user string) (scripts.Reserved, error) {
 		cctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
-		r, err := l.Reserve(cctx, s.rsv, 1, s.id, ttl, oid, user, 1, 0)
+		r, err := l.Reserve(cctx, s.rsv, s.id, new(scripts.ReserveBatch).Add(oid, user, 1, 0))
 		return r.At(0), err
 	}
 	if a, err := l.Admin(ctx, s.admin, "upsert", k.Events(), s.id, "10", "1", "", "", "", "", ""); err != nil || a.Code != scripts.CodeOK {
@@ -184,7 +182,7 @@ func TestReplicatedWait(t *testing.T) {
 	// connection's last write; Redis 7.0 counts any command's offset, and
 	// the replay writes once besides, for a Redis that counts only writes.)
 	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	r2, err := l2.Reserve(rctx, s.rsv, 1, s.id, ttl, "o2", "u2", 1, 0)
+	r2, err := l2.Reserve(rctx, s.rsv, s.id, new(scripts.ReserveBatch).Add("o2", "u2", 1, 0))
 	rcancel()
 	if !errors.Is(err, scripts.ErrUnconfirmed) || r2.At(0).Code != scripts.CodeOK {
 		t.Errorf("replay of the unconfirmed order on a fresh connection, replica stopped: %+v, %v; want OK with ErrUnconfirmed",

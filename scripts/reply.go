@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // ErrReply is wrapped by the error of a typed call (Loader.Reserve,
@@ -50,71 +54,117 @@ type Reserved struct {
 	PayBy int64
 }
 
-// reserveWidth is the number of values per reservation in the reserve
-// script's reply: code, order id, pay_by.
-const reserveWidth = 3
-
 // ReserveReply is the reserve script's reply: one Reserved per reservation
-// sent, in the order sent. It reads the reply where go-redis left it, so
-// that a batch's decoding allocates nothing. The zero value has no
-// reservation.
-type ReserveReply struct{ a []any }
+// sent, in the order sent. The zero value has no reservation.
+type ReserveReply struct{ rs []Reserved }
 
 // Len is the number of reservations.
-func (r ReserveReply) Len() int { return len(r.a) / reserveWidth }
+func (r ReserveReply) Len() int { return len(r.rs) }
 
 // At is the outcome of reservation i; it panics unless 0 ≤ i < Len().
-func (r ReserveReply) At(i int) Reserved {
-	j := reserveWidth * i
-	return Reserved{Code: Code(r.a[j].(int64)), OrderID: r.a[j+1].(string), PayBy: r.a[j+2].(int64)}
-}
+func (r ReserveReply) At(i int) Reserved { return r.rs[i] }
 
-// decodeReserve reads the reply to n reservations: per reservation an
-// integer code, the order id (a string that an accepted reservation never
-// leaves empty) and the pay_by (an integer, 0 or more). A reply of any
-// other shape or length is an error: a reply misread must never read as
-// accepted.
+// decodeReserve reads the reply to n reservations: one string of n lines,
+// each ending in a newline, of three tab-separated fields: an integer code,
+// the order id (never empty with CodeOK) and the pay_by (an integer, 0 or
+// more). A reply of any other shape or length is an error: a reply misread
+// must never read as accepted. The order ids are substrings of the reply,
+// so a batch's decoding allocates one slice, whatever its size.
 func decodeReserve(v any, n int) (ReserveReply, error) {
-	a, ok := v.([]any)
+	s, ok := v.(string)
 	if !ok {
-		return ReserveReply{}, fmt.Errorf("reply is %T, want an array", v)
+		return ReserveReply{}, fmt.Errorf("reply is %T, want a string", v)
 	}
-	if len(a) != reserveWidth*n {
-		return ReserveReply{}, fmt.Errorf("reply has %d elements for %d reservations", len(a), n)
-	}
-	for j := 0; j < len(a); j += reserveWidth {
-		code, ok := a[j].(int64)
+	rs := make([]Reserved, n)
+	for i := range rs {
+		line, rest, ok := strings.Cut(s, "\n")
 		if !ok {
-			return ReserveReply{}, fmt.Errorf("reply element %d is %#v, want an integer code", j, a[j])
+			return ReserveReply{}, fmt.Errorf("reply has %d lines for %d reservations", i, n)
 		}
-		if id, ok := a[j+1].(string); !ok || id == "" && Code(code) == CodeOK {
-			return ReserveReply{}, fmt.Errorf("reply element %d is %#v, want an order id", j+1, a[j+1])
+		s = rest
+		code, id, payBy, ok := cut3(line)
+		if !ok {
+			return ReserveReply{}, fmt.Errorf("reply line %d is %q, want code, order id and pay_by", i, line)
 		}
-		if payBy, ok := a[j+2].(int64); !ok || payBy < 0 {
-			return ReserveReply{}, fmt.Errorf("reply element %d is %#v, want a pay_by", j+2, a[j+2])
+		c, err := strconv.ParseInt(code, 10, 64)
+		if err != nil {
+			return ReserveReply{}, fmt.Errorf("reply line %d is %q, want an integer code", i, line)
 		}
+		if id == "" && Code(c) == CodeOK {
+			return ReserveReply{}, fmt.Errorf("reply line %d is %q, want an order id", i, line)
+		}
+		p, err := strconv.ParseInt(payBy, 10, 64)
+		if err != nil || p < 0 {
+			return ReserveReply{}, fmt.Errorf("reply line %d is %q, want a pay_by", i, line)
+		}
+		rs[i] = Reserved{Code: Code(c), OrderID: id, PayBy: p}
 	}
-	return ReserveReply{a: a}, nil
+	if s != "" {
+		return ReserveReply{}, fmt.Errorf("reply has more than %d lines", n)
+	}
+	return ReserveReply{rs: rs}, nil
 }
 
-// Reserve runs the reserve script for n reservations (keys and args as
-// lua/reserve.lua says: 4 arguments per reservation after the sale and the
-// TTL) and returns its reply, of exactly n outcomes. It blocks as Run
-// does, returns Run's errors, or one wrapping ErrReply; in replicated mode
-// the reply comes with an error wrapping ErrUnconfirmed when the replicas
-// did not confirm it (so do Admin's and Order's). It is safe for
-// concurrent use; on success it allocates nothing beyond Run.
-func (l *Loader) Reserve(ctx context.Context, keys []string, n int, args ...any) (ReserveReply, error) {
-	v, err := l.Run(ctx, Reserve, keys, args...)
+// cut3 splits a line of exactly three tab-separated fields.
+func cut3(line string) (a, b, c string, ok bool) {
+	a, rest, ok1 := strings.Cut(line, "\t")
+	b, c, ok2 := strings.Cut(rest, "\t")
+	return a, b, c, ok1 && ok2 && !strings.Contains(c, "\t")
+}
+
+// Reserve runs the reserve script for the reservations of b on keys
+// (lua/reserve.lua says which; an Idempotency-Key's index in b is its
+// index in keys, counted from 1) and returns its reply, of exactly b.Len()
+// outcomes. It blocks as Run does, returns Run's errors, or one wrapping
+// ErrReply; in replicated mode the reply comes with an error wrapping
+// ErrUnconfirmed when the replicas did not confirm it (so do Admin's and
+// Order's). It is safe for concurrent use. The call's arguments are three
+// whatever the batch's size, and its reply one string.
+func (l *Loader) Reserve(ctx context.Context, keys []string, sale string, b *ReserveBatch) (ReserveReply, error) {
+	v, err := l.Run(ctx, Reserve, keys, sale, int64(IdemTTL/time.Second), b.buf)
 	if err != nil && !errors.Is(err, ErrUnconfirmed) {
 		return ReserveReply{}, err
 	}
-	r, derr := decodeReserve(v, n)
+	r, derr := decodeReserve(v, b.n)
 	if derr != nil {
 		return ReserveReply{}, replyError(Reserve, derr)
 	}
 	return r, err
 }
+
+// ReserveBatch is the reservations of one reserve call, packed as the
+// script reads them: a line each of order id, user id, quantity and the
+// index of the Idempotency-Key's key (0: none). No id holds a tab or a
+// newline (API.md's ids; order ids are the gateway's). The zero value is
+// an empty batch; Reset empties it for reuse.
+type ReserveBatch struct {
+	buf []byte
+	n   int
+}
+
+// Add appends one reservation and returns b.
+func (b *ReserveBatch) Add(orderID, userID string, quantity, idemKey int) *ReserveBatch {
+	b.buf = append(b.buf, orderID...)
+	b.buf = append(b.buf, '\t')
+	b.buf = append(b.buf, userID...)
+	b.buf = append(b.buf, '\t')
+	b.buf = strconv.AppendInt(b.buf, int64(quantity), 10)
+	b.buf = append(b.buf, '\t')
+	b.buf = strconv.AppendInt(b.buf, int64(idemKey), 10)
+	b.buf = append(b.buf, '\n')
+	b.n++
+	return b
+}
+
+// Grow makes room for about n more bytes of reservations: an order id,
+// a user id and a dozen bytes each.
+func (b *ReserveBatch) Grow(n int) { b.buf = slices.Grow(b.buf, n) }
+
+// Len is the number of reservations in b.
+func (b *ReserveBatch) Len() int { return b.n }
+
+// Reset empties b, keeping its buffer.
+func (b *ReserveBatch) Reset() { b.buf, b.n = b.buf[:0], 0 }
 
 // Room is a sale's waiting room as the admin and queue scripts read it
 // (lua/queue.lua says what each field is).

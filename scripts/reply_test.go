@@ -1,7 +1,9 @@
 package scripts
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/flashgate/flashgate/order"
@@ -19,29 +21,29 @@ func TestDecodeReserve(t *testing.T) {
 		n     int        // reservations sent
 		want  []Reserved // nil: the reply is refused
 	}{
-		{"accepted and sold out", []any{int64(0), "o1", int64(0), int64(6), "", int64(0)}, 2,
-			[]Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}}},
-		{"accepted with a pay_by", []any{int64(0), "o1", int64(1735689600123)}, 1,
-			[]Reserved{{OrderID: "o1", PayBy: 1735689600123}}},
-		{"accepted, sold out, pending", []any{int64(0), "o1", int64(0), int64(6), "", int64(0), int64(0), "o2", int64(99)}, 3,
+		{"accepted and sold out", "0\to1\t0\n6\t\t0\n", 2, []Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}}},
+		{"accepted with a pay_by", "0\to1\t1735689600123\n", 1, []Reserved{{OrderID: "o1", PayBy: 1735689600123}}},
+		{"accepted, sold out, pending", "0\to1\t0\n6\t\t0\n0\to2\t99\n", 3,
 			[]Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}, {OrderID: "o2", PayBy: 99}}},
-		{"limit reached", []any{int64(5), "", int64(0)}, 1, []Reserved{{Code: CodeLimitReached}}},
+		{"limit reached", "5\t\t0\n", 1, []Reserved{{Code: CodeLimitReached}}},
 		// The shape is right; what the code means is the caller's.
-		{"unknown code", []any{int64(99), "", int64(0)}, 1, []Reserved{{Code: 99}}},
-		{"order id collision", []any{int64(CodeOrderIDCollision), "o1", int64(0)}, 1,
-			[]Reserved{{Code: CodeOrderIDCollision, OrderID: "o1"}}},
-		{"no reservation", []any{}, 0, []Reserved{}},
-		{"code as a string", []any{"0", "o1", int64(0)}, 1, nil},
-		{"code as nil", []any{nil, "o1", int64(0)}, 1, nil},
-		{"second code mistyped", []any{int64(0), "o1", int64(0), "6", "", int64(0)}, 2, nil},
-		{"order id as an integer", []any{int64(0), int64(0), int64(0)}, 1, nil},
-		{"accepted without an order id", []any{int64(0), "", int64(0)}, 1, nil},
-		{"pay_by as a string", []any{int64(0), "o1", "0"}, 1, nil},
-		{"pay_by negative", []any{int64(0), "o1", int64(-1)}, 1, nil},
-		{"short", []any{int64(0), "o1"}, 1, nil},
-		{"empty", []any{}, 1, nil},
-		{"long", []any{int64(0), "o1", int64(0), int64(0), "o2", int64(0)}, 1, nil},
-		{"not an array", "OK", 1, nil},
+		{"unknown code", "99\t\t0\n", 1, []Reserved{{Code: 99}}},
+		{"order id collision", "9\to1\t0\n", 1, []Reserved{{Code: CodeOrderIDCollision, OrderID: "o1"}}},
+		{"no reservation", "", 0, []Reserved{}},
+		{"code not a number", "ok\to1\t0\n", 1, nil},
+		{"code empty", "\to1\t0\n", 1, nil},
+		{"second code not a number", "0\to1\t0\nsix\t\t0\n", 2, nil},
+		{"accepted without an order id", "0\t\t0\n", 1, nil},
+		{"pay_by not a number", "0\to1\tsoon\n", 1, nil},
+		{"pay_by negative", "0\to1\t-1\n", 1, nil},
+		{"a fourth field", "0\to1\t0\t0\n", 1, nil},
+		{"two fields", "0\to1\n", 1, nil},
+		{"no final newline", "0\to1\t0", 1, nil},
+		{"short", "0\to1\t0\n", 2, nil},
+		{"empty", "", 1, nil},
+		{"long", "0\to1\t0\n0\to2\t0\n", 1, nil},
+		{"the old form, an array", []any{int64(0), "o1", int64(0)}, 1, nil},
+		{"an integer", int64(0), 1, nil},
 		{"nil", nil, 1, nil},
 	}
 	for _, tc := range tests {
@@ -72,23 +74,43 @@ func TestDecodeReserve(t *testing.T) {
 }
 
 // The reserve reply is decoded per batch on the buy path: reading it
-// allocates nothing.
+// allocates one slice, whatever the batch's size (the order ids are the
+// reply's own bytes).
 func TestDecodeReserveAllocs(t *testing.T) {
-	reply := any([]any{int64(0), "o1", int64(0), int64(6), "", int64(0), int64(0), "o2", int64(99)})
-	var sum int64
-	allocs := testing.AllocsPerRun(1000, func() {
-		r, err := decodeReserve(reply, 3)
-		if err != nil {
-			t.Fatal(err)
+	for _, n := range []int{1, 3, 200} {
+		var reply strings.Builder
+		for i := range n {
+			fmt.Fprintf(&reply, "0\to%d\t%d\n", i, 1735689600123+i)
 		}
-		for i := range r.Len() {
-			sum += r.At(i).PayBy + int64(len(r.At(i).OrderID))
+		v := any(reply.String())
+		var sum int64
+		allocs := testing.AllocsPerRun(200, func() {
+			r, err := decodeReserve(v, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range r.Len() {
+				sum += r.At(i).PayBy + int64(len(r.At(i).OrderID))
+			}
+		})
+		if allocs != 1 {
+			t.Errorf("decoding a reserve reply of %d reservations allocates %.1f times, want 1", n, allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Errorf("decoding a reserve reply allocates %.1f times, want 0", allocs)
+		_ = sum
 	}
-	_ = sum
+}
+
+// A batch packs its reservations as the script reads them.
+func TestReserveBatch(t *testing.T) {
+	var b ReserveBatch
+	b.Add("o1", "u1", 2, 0).Add("o2", "u:2@x", 1, 6)
+	if got, want := string(b.buf), "o1\tu1\t2\t0\no2\tu:2@x\t1\t6\n"; got != want || b.Len() != 2 {
+		t.Errorf("batch = %q (%d), want %q (2)", got, b.Len(), want)
+	}
+	b.Reset()
+	if len(b.buf) != 0 || b.Len() != 0 {
+		t.Errorf("reset batch = %q (%d)", b.buf, b.Len())
+	}
 }
 
 // The queue script's reply: twelve integers and the key, then a join

@@ -103,16 +103,16 @@ func (s *suite) rotationFloor(ctx context.Context, cl *ownCluster) (floorRun, er
 		if err != nil {
 			return nil, err
 		}
-		args := make([]any, 0, 2+4*floorBatch)
+		var b scripts.ReserveBatch
 		for call := 0; call*floorBatch < floorOrders; call++ {
 			sale := sales[call%nodes]
-			args = append(args[:0], sale, int64(scripts.IdemTTL/time.Second))
+			b.Reset()
 			for range floorBatch {
 				next++
-				args = append(args, "o"+strconv.Itoa(next), "u"+strconv.Itoa(next), 1, 0)
+				b.Add("o"+strconv.Itoa(next), "u"+strconv.Itoa(next), 1, 0)
 			}
-			if _, err := loader.Run(ctx, scripts.Reserve, []string{keys.Meta(sale), keys.Users(sale), keys.Outbox(sale),
-				keys.Orders(sale), keys.Due(sale)}, args...); err != nil {
+			if _, err := loader.Reserve(ctx, []string{keys.Meta(sale), keys.Users(sale), keys.Outbox(sale),
+				keys.Orders(sale), keys.Due(sale)}, sale, &b); err != nil {
 				return nil, fmt.Errorf("floor: reserve on %s: %w", sale, err)
 			}
 		}

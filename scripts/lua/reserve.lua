@@ -10,10 +10,13 @@
 -- KEYS[5] due sorted set (order id -> pay_by ms, of orders awaiting payment)
 -- KEYS[6..] the idempotency keys of the reservations that carry one
 -- ARGV[1] sale id, ARGV[2] TTL in seconds of an accepted reservation's
--- idempotency key (a refused one keeps none),
--- then four values per reservation: order id (chosen by the gateway before the
--- call, so that a retried call is recognised), user id, quantity, and the index
--- in KEYS of its idempotency key (0 when it has none).
+-- idempotency key (a refused one keeps none), ARGV[3] the reservations, one
+-- line each ending in a newline, of four tab-separated fields (no id holds a
+-- tab or a newline): order id (chosen by the gateway before the call, so
+-- that a retried call is recognised), user id, quantity, and the index in
+-- KEYS of its idempotency key (0 when it has none). One packed argument
+-- rather than four per reservation: the caller builds one buffer and Redis
+-- makes one string of it (scripts/reserve.go).
 --
 -- On a sale with a payment window (meta window, seconds, > 0) an accepted
 -- order is pending_payment until pay_by = now + window: it joins the due set
@@ -34,8 +37,17 @@
 -- Redis restarted or failed over since the sale was last checked against
 -- MySQL) every reservation answers REPAIRING and nothing changes.
 --
--- Returns three values per reservation: an outcome code, the order id and
--- the order's pay_by in Unix ms (0 for none, and for a refusal).
+-- Returns one string, a line per reservation in the order sent, each ending
+-- in a newline, of three tab-separated fields: an outcome code, the order
+-- id (empty for a refusal) and the order's pay_by in Unix ms (0 for none,
+-- and for a refusal). One bulk string rather than three values per
+-- reservation: the caller reads it without a value of its own per field.
+--
+-- An Idempotency-Key costs one command: a reservation that would be
+-- accepted writes its key with SET NX GET, which finds a first answer
+-- (nothing written then: a replay) or writes this one; one that would be
+-- refused reads it with GET (a first answer is replayed; a refusal keeps no
+-- key).
 --
 -- Outcome codes: scripts/codes.go holds the same names and values (a test
 -- reads this file to keep them so); return no code but by its name.
@@ -78,6 +90,25 @@ local window = tonumber(m[7]) or 0
 local seq = tonumber(m[8]) or 0
 local sale = ARGV[1]
 local ttl = tonumber(ARGV[2])
+-- The reservations, four values each, as the lines of ARGV[3] give them.
+-- A line that does not read so would shift every answer after it: the
+-- call is refused whole, before anything is written.
+local rsv = {}
+local batch, at = ARGV[3], 1
+while at <= #batch do
+  local _, e, oid, user, qty, ik = string.find(batch, '^([^\t\n]+)\t([^\t\n]+)\t(%d+)\t(%d+)\n', at)
+  if not e then
+    return redis.error_reply('ERR reserve: reservation ' .. (#rsv / 4 + 1) .. ' unreadable')
+  end
+  rsv[#rsv + 1] = oid
+  rsv[#rsv + 1] = user
+  rsv[#rsv + 1] = tonumber(qty)
+  rsv[#rsv + 1] = tonumber(ik)
+  at = e + 1
+end
+if #rsv == 0 then
+  return redis.error_reply('ERR reserve: no reservation')
+end
 local sold0 = sold
 local pending = 0
 local out = {}
@@ -95,12 +126,10 @@ if m[9] == '1' or (tonumber(m[10]) or 1) > 1 then
   if m[9] ~= '1' then c = BUCKETED end
   local gone = c == REPAIRING and stock - sold <= 0 and not (starts > 0 and now < starts)
     and not (ends > 0 and now >= ends) and not locked
-  for i = 3, #ARGV, 4 do
-    if gone and tonumber(ARGV[i + 3]) == 0 then out[#out + 1] = SOLD_OUT else out[#out + 1] = c end
-    out[#out + 1] = ''
-    out[#out + 1] = 0
+  for i = 1, #rsv, 4 do
+    if gone and rsv[i + 3] == 0 then out[#out + 1] = SOLD_OUT .. '\t\t0\n' else out[#out + 1] = c .. '\t\t0\n' end
   end
-  return out
+  return table.concat(out)
 end
 
 -- payby of a new order, and its state in the record and in the outbox.
@@ -122,12 +151,12 @@ end
 -- (the reply of the first was lost) finds the records of what the first
 -- accepted. The new records, due entries, buyers' units and the outbox
 -- entry are written in one call each at the end, so that a reservation
--- costs no redis.call of its own (but the GET of its Idempotency-Key, when
+-- costs no redis.call of its own (but the one of its Idempotency-Key, when
 -- it has one).
 local prevs = {}
 if exists then
   local ids = {}
-  for i = 3, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+  for i = 1, #rsv, 4 do ids[#ids + 1] = rsv[i] end
   prevs = redis.call('HMGET', KEYS[4], unpack(ids))
 end
 local recs, dues, seen, lines = {}, {}, {}, {}
@@ -142,85 +171,88 @@ local replayed = false
 local held, changed = {}, {}
 if exists and not (starts > 0 and now < starts) and not (ends > 0 and now >= ends) and not locked then
   local users = {}
-  for i = 4, #ARGV, 4 do users[#users + 1] = ARGV[i] end
+  for i = 2, #rsv, 4 do users[#users + 1] = rsv[i] end
   local hs = redis.call('HMGET', KEYS[2], unpack(users))
   for j, u in ipairs(users) do held[u] = tonumber(hs[j]) or 0 end
 end
 
-for i = 3, #ARGV, 4 do
-  local oid, user, qty, ik = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+-- A first answer an Idempotency-Key holds (v, user, quantity, code, order
+-- id and, since payment windows, pay_by, tab-separated: no id holds a tab)
+-- for a reservation of user and qty: the code, order id and pay_by to
+-- answer again, or IDEMPOTENCY_CONFLICT for another buyer's or quantity's.
+local function replay(v, user, qty)
+  local u, q, c, o = string.match(v, '^(.-)\t(%d+)\t(%d+)\t([^\t]*)')
+  if u ~= user or tonumber(q) ~= qty then return IDEMPOTENCY_CONFLICT, '', 0 end
+  return tonumber(c), o, tonumber(string.match(v, '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)$')) or 0
+end
+
+for i = 1, #rsv, 4 do
+  local oid, user, qty, ik = rsv[i], rsv[i + 1], rsv[i + 2], rsv[i + 3]
   local code, rid, pb = nil, oid, 0 -- code nil: not decided yet
 
   -- A retried call: answer as the first did, with the order's pay_by,
   -- whatever state the order has reached since. An id twice in one batch
   -- (never sent) is refused, as an id another order holds is.
-  local prev = prevs[(i - 3) / 4 + 1] or false
+  local prev = prevs[(i - 1) / 4 + 1] or false
   if seen[oid] then
     code = ORDER_ID_COLLISION
   elseif prev then
     local q, u, p = recorded(prev)
     if q == qty and u == user then code, pb, replayed = OK, p, true else code = ORDER_ID_COLLISION end
-  elseif ik > 0 then
-    local v = redis.call('GET', KEYS[ik])
-    if v then
-      -- user, quantity, code, order id and (since payment windows) pay_by,
-      -- tab-separated: no id holds a tab.
-      local u, q, c, o = string.match(v, '^(.-)\t(%d+)\t(%d+)\t([^\t]*)')
-      if u == user and tonumber(q) == qty then
-        code, rid, replayed = tonumber(c), o, true
-        pb = tonumber(string.match(v, '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t(%d+)$')) or 0
-      else
-        code, rid = IDEMPOTENCY_CONFLICT, ''
-      end
-    end
   end
 
   if code == nil then
+    local h = held[user] or 0
     if not exists then code = NOT_FOUND
     elseif starts > 0 and now < starts then code = NOT_STARTED
     elseif ends > 0 and now >= ends then code = ENDED
     elseif locked then code = LOCKED
-    else
-      local h = held[user] or 0
-      if h + qty > limit then code = LIMIT_REACHED
-      elseif stock - sold <= 0 then code = SOLD_OUT
-      elseif stock - sold < qty then code = INSUFFICIENT_STOCK
-      else
-        sold = sold + qty
-        seq = seq + 1
-        held[user] = h + qty
-        changed[user] = true
-        local idem = ''
-        if ik > 0 then idem = string.match(KEYS[ik], '}:idem:(.*)$') end
-        lines[#lines + 1] = oid .. '\t' .. user .. '\t' .. qty .. '\t' .. seq .. '\t' .. idem
-        recs[#recs + 1] = oid
-        recs[#recs + 1] = 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user
-        if payby > 0 then
-          dues[#dues + 1] = payby
-          dues[#dues + 1] = oid
-          pending = pending + 1
-        end
-        code, pb = OK, payby
-      end
+    elseif h + qty > limit then code = LIMIT_REACHED
+    elseif stock - sold <= 0 then code = SOLD_OUT
+    elseif stock - sold < qty then code = INSUFFICIENT_STOCK
     end
-    -- Only an accepted reservation's key is remembered (for ttl, 24 h). A
-    -- refusal reserved nothing, so there is nothing a repeat could reserve
-    -- twice: a repeat is simply decided again (sold out again, or accepted
-    -- once a restock, an unlock or a window opening allows it, and from then
-    -- on replayed). Remembering refusals would let any client store a key
-    -- per request for 24 h on a sale that refuses everyone, so that Redis
-    -- grows with the number of keys sent rather than with the orders taken;
-    -- this way a sale holds at most one key per order it accepted.
-    if code ~= OK then
-      rid, pb = '', 0
+    -- The key's first answer, if any, comes before this decision: read
+    -- with the write that remembers an acceptance (SET NX GET writes
+    -- nothing when the key holds one), or alone before a refusal. Only an
+    -- accepted reservation's key is remembered (for ttl, 24 h). A refusal
+    -- reserved nothing, so there is nothing a repeat could reserve twice:
+    -- a repeat is simply decided again (sold out again, or accepted once a
+    -- restock, an unlock or a window opening allows it, and from then on
+    -- replayed). Remembering refusals would let any client store a key per
+    -- request for 24 h on a sale that refuses everyone, so that Redis grows
+    -- with the number of keys sent rather than with the orders taken; this
+    -- way a sale holds at most one key per order it accepted.
+    local first = false
+    if ik > 0 and code == nil then
+      first = redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. OK .. '\t' .. oid .. '\t' .. payby,
+        'NX', 'GET', 'EX', ttl)
     elseif ik > 0 then
-      redis.call('SET', KEYS[ik], user .. '\t' .. qty .. '\t' .. code .. '\t' .. rid .. '\t' .. pb, 'EX', ttl)
+      first = redis.call('GET', KEYS[ik])
     end
+    if first then
+      code, rid, pb = replay(first, user, qty)
+      if code ~= IDEMPOTENCY_CONFLICT then replayed = true end
+    elseif code == nil then
+      sold = sold + qty
+      seq = seq + 1
+      held[user] = h + qty
+      changed[user] = true
+      local idem = ''
+      if ik > 0 then idem = string.match(KEYS[ik], '}:idem:(.*)$') end
+      lines[#lines + 1] = oid .. '\t' .. user .. '\t' .. qty .. '\t' .. seq .. '\t' .. idem
+      recs[#recs + 1] = oid
+      recs[#recs + 1] = 'q:' .. letter .. ':' .. payby .. ':' .. now .. ':' .. qty .. ':' .. user
+      if payby > 0 then
+        dues[#dues + 1] = payby
+        dues[#dues + 1] = oid
+        pending = pending + 1
+      end
+      code, pb = OK, payby
+    end
+    if code ~= OK then rid, pb = '', 0 end
   end
   seen[oid] = true
-  out[#out + 1] = code
-  out[#out + 1] = rid
-  out[#out + 1] = pb
+  out[#out + 1] = code .. '\t' .. rid .. '\t' .. pb .. '\n'
 end
 
 if #lines > 0 then
@@ -253,4 +285,4 @@ end
 if replayed and sold == sold0 then
   redis.call('HSET', KEYS[1], 'seq', seq)
 end
-return out
+return table.concat(out)
