@@ -29,6 +29,13 @@ import (
 // and it is how a sale hotter than one primary gets the K primaries of its
 // buckets working at once.
 //
+// With linger > 0 (the joins' batcher), a queue whose last call carried
+// more than one waits, while it holds fewer than that call did, until its
+// first has waited linger, so that a crowd's requests go out in fewer,
+// larger calls (lingers says why that bound); each
+// waiting buyer then also wakes at linger after it arrived, and sends what
+// is due (the first buyer's wake is the one that matters).
+//
 // No goroutine is started: a buyer whose call is going out does the work;
 // when its call returns it takes the next batch from the queue and hands it
 // to the first buyer in it, who sends it. It is safe for concurrent use.
@@ -41,6 +48,7 @@ type batcher[In, Out any] struct {
 	parallel    int           // script calls of one sale in flight at once (a full batch of a bucket aside)
 	maxInFlight int           // reservations in flight per sale beyond which buys are shed (0: no limit)
 	timeout     time.Duration // a reservation not sent within this is answered 503
+	linger      time.Duration // how long a queue whose calls carry several waits for a fuller batch (0: never)
 
 	mu    sync.Mutex
 	sales map[string]*saleQueue[In, Out]
@@ -64,11 +72,13 @@ type queue[In, Out any] struct {
 	id      string
 	waiting []*call[In, Out]
 	out     int // calls of this id in flight
+	last    int // how many the last call taken from this queue carried
 }
 
 // call is one buyer's reservation in a queue.
 type call[In, Out any] struct {
 	r        In
+	since    time.Time // when it was queued
 	deadline time.Time
 	res      Out
 	err      error
@@ -85,7 +95,7 @@ type call[In, Out any] struct {
 func newBatcher[In, Out any](do func(ctx context.Context, id string, in []In, out []Out) error, o Batching,
 	timeout time.Duration, set *metrics.Set, name, what string) *batcher[In, Out] {
 	b := &batcher[In, Out]{do: do, maxSize: o.MaxSize, parallel: max(o.Calls, 1), maxInFlight: o.MaxInFlight,
-		timeout: timeout, sales: map[string]*saleQueue[In, Out]{}}
+		timeout: timeout, linger: o.Linger, sales: map[string]*saleQueue[In, Out]{}}
 	b.pool.New = func() any { return &call[In, Out]{done: make(chan bool, 1)} }
 	b.sizes = set.NewPrometheusHistogramExt("flashgate_"+name+"_batch_size",
 		[]float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})
@@ -118,15 +128,16 @@ func (b *batcher[In, Out]) run(sale, id string, r In) (Out, error) {
 	}
 
 	c := b.pool.Get().(*call[In, Out])
-	c.r, c.deadline = r, time.Now().Add(b.timeout)
+	now := time.Now()
+	c.r, c.since, c.deadline = r, now, now.Add(b.timeout)
 	sq.mu.Lock()
 	q := sq.queue(id)
 	q.waiting = append(q.waiting, c)
-	leave, expired := b.dispatch(sq, time.Now())
+	leave, expired := b.dispatch(sq, now)
 	sq.mu.Unlock()
 	answerExpired(expired)
 	if !handOff(leave, c) {
-		<-c.done // true: c.batch is set; false: res/err are
+		b.wait(sq, c)
 	}
 	if c.batch != nil {
 		b.send(sq, c.q, c.batch)
@@ -163,7 +174,7 @@ func (b *batcher[In, Out]) dispatch(sq *saleQueue[In, Out], now time.Time) (leav
 		for _, q := range sq.queues {
 			switch {
 			case len(q.waiting) == 0:
-			case sq.out < b.parallel:
+			case sq.out < b.parallel && !b.lingers(q, now):
 				if pick == nil || q.waiting[0].deadline.Before(pick.waiting[0].deadline) {
 					pick = q
 				}
@@ -179,6 +190,7 @@ func (b *batcher[In, Out]) dispatch(sq *saleQueue[In, Out], now time.Time) (leav
 		if len(batch) == 0 {
 			continue
 		}
+		pick.last = len(batch)
 		pick.out++
 		sq.out++
 		batch[0].batch, batch[0].q = batch, pick
@@ -194,6 +206,43 @@ func (b *batcher[In, Out]) dispatch(sq *saleQueue[In, Out], now time.Time) (leav
 	clear(sq.queues[idle:])
 	sq.queues = sq.queues[:idle]
 	return leave, expired
+}
+
+// lingers reports whether q's batch waits for more at now: the batcher
+// lingers, q's last call carried several, the batch is smaller than that
+// call was (and so not full) and its first has waited less than linger.
+// Measured against the last call, a closed crowd (each buyer back as soon
+// as answered) fills the batch again at once and loses no time to the
+// wait; an open one (a flash crowd's arrivals) lets batches grow towards
+// what arrives in a linger.
+func (b *batcher[In, Out]) lingers(q *queue[In, Out], now time.Time) bool {
+	return b.linger > 0 && q.last > 1 && len(q.waiting) < min(q.last, b.maxSize) && now.Before(q.waiting[0].since.Add(b.linger))
+}
+
+// wait blocks until c is answered (done receives false) or has a batch to
+// send (true: c.batch is set). With a linger, c also wakes at linger after
+// it was queued and dispatches what is due then: a queue's batch that
+// lingers has no other buyer to send it before a call of the sale returns
+// or another request comes.
+func (b *batcher[In, Out]) wait(sq *saleQueue[In, Out], c *call[In, Out]) {
+	if b.linger <= 0 {
+		<-c.done
+		return
+	}
+	t := time.NewTimer(time.Until(c.since.Add(b.linger)))
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return
+	case <-t.C:
+	}
+	sq.mu.Lock()
+	leave, expired := b.dispatch(sq, time.Now())
+	sq.mu.Unlock()
+	answerExpired(expired)
+	if !handOff(leave, c) {
+		<-c.done
+	}
 }
 
 // handOff gives each batch of leave to its first buyer, who sends it; it

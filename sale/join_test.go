@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -107,4 +109,41 @@ func TestConcurrentJoins(t *testing.T) {
 		t.Fatalf("%d joins in %d calls: want %d joins sharing calls", joins, calls, 2*buyers)
 	}
 	t.Logf("%d joins in %d calls", joins, calls)
+}
+
+// BenchmarkJoins measures a crowd of joins (64 at a time, each buyer new)
+// on a redis-server of its own, with the joins' linger (DefaultJoinLinger)
+// and without: the joins per script call and Redis's own CPU per join
+// (INFO commandstats, evalsha's usec). Compare with
+//
+//	go test -run '^$' -bench Joins -count 6 ./sale/
+func BenchmarkJoins(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		linger time.Duration
+	}{{"linger", 0}, {"nolinger", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := privateEnv(b, Options{Batch: Batching{MaxSize: 256, Calls: 1}, JoinLinger: bc.linger})
+			ctx := context.Background()
+			if _, _, err := e.store.Upsert(ctx, "crowd", Update{Stock: ptr(10), WaitingRoom: ptr(RoomFIFO)}); err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			usec0 := evalshaUsec(b, e)
+			b.SetParallelism(32) // 64 joiners on 2 CPUs
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := e.store.Join("crowd", "u"+strconv.FormatInt(n.Add(1), 10)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			calls, joins := e.store.joins.calls.Get(), e.store.joins.items.Get()
+			b.ReportMetric(float64(joins)/float64(max(calls, 1)), "joins/call")
+			b.ReportMetric(float64(evalshaUsec(b, e)-usec0)/float64(max(joins, 1)), "redis-µs/join")
+		})
+	}
 }

@@ -27,7 +27,7 @@ import (
 // alternating the trees (the machine is shared; see docs/benchmarks.md).
 func BenchmarkReserveBatch(b *testing.B) {
 	const batch = 16
-	e := privateEnv(b)
+	e := privateEnv(b, Options{})
 	const sale = "bench"
 	e.mustSale(sale, `{"stock":1000000000,"per_user_limit":1}`)
 	ctx := context.Background()
@@ -63,7 +63,7 @@ func BenchmarkReserveBatch(b *testing.B) {
 // privateEnv is newEnv on a redis-server of the test's own, so that what
 // Redis counts is the test's calls alone. It skips on a Redis Cluster
 // (localstack.PrivateRedis).
-func privateEnv(b testing.TB) *env {
+func privateEnv(b testing.TB, o Options) *env {
 	srv := localstack.PrivateRedis(b, localstack.RedisOptions{Dir: b.TempDir(), Args: []string{"--save", ""}})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	b.Cleanup(func() { _ = rdb.Close() })
@@ -72,7 +72,7 @@ func privateEnv(b testing.TB) *env {
 	if _, err := loader.Load(context.Background()); err != nil {
 		b.Fatalf("load scripts: %v", err)
 	}
-	st, err := New(rdb, loader, keys, Options{})
+	st, err := New(rdb, loader, keys, o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func commandStat(tb testing.TB, e *env, cmd, field string) int64 {
 // besides; a refused one reads it (GET) and writes nothing; a repeat
 // finds the first answer in that one command and is answered it.
 func TestIdempotencyKeyOneCommand(t *testing.T) {
-	e := privateEnv(t)
+	e := privateEnv(t, Options{})
 	const sale = "idem"
 	e.mustSale(sale, `{"stock":3,"per_user_limit":1}`)
 	ctx := context.Background()

@@ -45,8 +45,15 @@ import (
 // Options are a Store's settings beyond its clients. The zero value sends
 // each buy alone, checks no durability and tells nobody of changes.
 type Options struct {
-	// Batch is how the reservations of one sale share script calls (Buy).
+	// Batch is how the reservations of one sale share script calls (Buy),
+	// and the joins of its waiting room (Join).
 	Batch Batching
+	// JoinLinger is how long a batch of joins that is not full waits for
+	// more, once the sale's joins come several to a call (the batcher's
+	// Linger): joins are not latency-bound (a buyer polls every few
+	// seconds), so fewer, larger calls are the better trade; a buy's batch
+	// never lingers. 0 is DefaultJoinLinger; negative, none.
+	JoinLinger time.Duration
 	// Timeout bounds each Redis call of Buy (a reservation not sent within
 	// it is answered ErrUnavailable) and of the background work of Run;
 	// 0 is 2 s.
@@ -79,7 +86,16 @@ type Batching struct {
 	MaxSize     int // reservations per script call; 0 or 1 turns batching off
 	Calls       int // script calls of one sale in flight at once; 0 is 1
 	MaxInFlight int // reservations in flight per sale beyond which buys are shed (ErrRateLimited); 0: no limit
+	// Linger is how long a batch may wait for more once the last call of
+	// its queue carried more than one: up to Linger after its first
+	// arrived, or until it is as large as that call was. 0: never (a batch leaves as
+	// soon as a call of the sale is free). A lone request after a quiet
+	// spell leaves at once either way.
+	Linger time.Duration
 }
+
+// DefaultJoinLinger is the joins' linger when Options.JoinLinger is 0.
+const DefaultJoinLinger = time.Millisecond
 
 // Store is a sale's state in Redis and the operations on it. Create it with
 // New; Run does its background work. It is safe for concurrent use.
@@ -131,8 +147,16 @@ func New(rdb redis.UniversalClient, loader *scripts.Loader, keys scripts.Keys, o
 			o.Changed(id, outbox)
 		}
 	}
-	s.batch = newBatcher(s.Reserve, o.Batch, o.Timeout, s.metrics, "reserve", "reservations")
-	s.joins = newBatcher(s.join, o.Batch, o.Timeout, s.metrics, "queue", "joins")
+	buys, joins := o.Batch, o.Batch
+	buys.Linger = 0
+	switch joins.Linger = o.JoinLinger; {
+	case o.JoinLinger == 0:
+		joins.Linger = DefaultJoinLinger
+	case o.JoinLinger < 0:
+		joins.Linger = 0
+	}
+	s.batch = newBatcher(s.Reserve, buys, o.Timeout, s.metrics, "reserve", "reservations")
+	s.joins = newBatcher(s.join, joins, o.Timeout, s.metrics, "queue", "joins")
 	if o.ZeroLoss {
 		s.durable = newDurability(rdb, o.Log, o.Timeout, s.metrics)
 	}
