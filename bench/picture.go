@@ -31,12 +31,19 @@ func (r *Report) chart() *plot.Chart {
 	tl := r.Timeline
 	var all, acc, so, ref, fail, p50, p99 []plot.Point
 	var soldOut, refused, failed bool
+	// Each second's rate is drawn as a step over its stretch, not a point
+	// in its middle: a line from one middle to the next would show the
+	// first sold_out answers before the sell-out.
 	for _, rt := range perSecond(tl.Seconds, r.Elapsed) {
-		all = append(all, plot.Point{X: rt.x, Y: rt.accepted + rt.refused + rt.failed})
-		acc = append(acc, plot.Point{X: rt.x, Y: rt.accepted})
-		so = append(so, plot.Point{X: rt.x, Y: rt.soldOut})
-		ref = append(ref, plot.Point{X: rt.x, Y: rt.refused - rt.soldOut})
-		fail = append(fail, plot.Point{X: rt.x, Y: rt.failed})
+		from, to := rt.x-rt.w/2, rt.x+rt.w/2
+		step := func(ps []plot.Point, y float64) []plot.Point {
+			return append(ps, plot.Point{X: from, Y: y}, plot.Point{X: to, Y: y})
+		}
+		all = step(all, rt.accepted+rt.refused+rt.failed)
+		acc = step(acc, rt.accepted)
+		so = step(so, rt.soldOut)
+		ref = step(ref, rt.refused-rt.soldOut)
+		fail = step(fail, rt.failed)
 		soldOut, refused, failed = soldOut || rt.soldOut > 0, refused || rt.refused > rt.soldOut, failed || rt.failed > 0
 	}
 	end := r.Elapsed.Seconds()
@@ -79,10 +86,29 @@ func (r *Report) chart() *plot.Chart {
 	if r.SoldOutAfter > 0 {
 		c.Markers = append(c.Markers, plot.Marker{X: r.SoldOutAfter.Seconds(), Label: "sold out at " + round(r.SoldOutAfter)})
 	}
-	if r.MySQLAfter > 0 {
-		c.Markers = append(c.Markers, plot.Marker{X: r.MySQLAfter.Seconds(), Label: "every order in MySQL at " + round(r.MySQLAfter)})
+	if at := r.allRowsAt(); at > 0 {
+		c.Markers = append(c.Markers, plot.Marker{X: at.Seconds(), Label: "every order in MySQL at " + round(at)})
 	}
 	return c
+}
+
+// allRowsAt is when every order was in MySQL: the first reading of the
+// rows that saw them all, when it came before the run's own wait saw them
+// (MySQLAfter, which begins once the load has stopped); 0 when they never
+// were.
+func (r *Report) allRowsAt() time.Duration {
+	if r.MySQLAfter <= 0 {
+		return 0
+	}
+	rows := r.Timeline.Rows
+	if n := len(rows); n > 0 {
+		for _, s := range rows {
+			if s.Value == rows[n-1].Value && s.At < r.MySQLAfter {
+				return s.At
+			}
+		}
+	}
+	return r.MySQLAfter
 }
 
 func (r *Report) subtitle() string {
@@ -102,8 +128,8 @@ func (r *Report) subtitle() string {
 }
 
 // rate is the answers of a stretch of the load, per second, drawn at x,
-// the stretch's middle; soldOut is of refused.
-type rate struct{ x, accepted, refused, soldOut, failed float64 }
+// the stretch's middle, over w seconds; soldOut is of refused.
+type rate struct{ x, accepted, refused, soldOut, failed, w float64 }
 
 // perSecond turns the seconds into rates: the answers of [1 s, 2 s) are
 // drawn at 1.5 s. The load's last second is a part of one, from its start
@@ -127,7 +153,7 @@ func perSecond(secs []Second, elapsed time.Duration) []rate {
 			}
 		}
 		w := to - from
-		out = append(out, rate{x: (from + to) / 2, accepted: a / w, refused: rf / w, soldOut: so / w, failed: f / w})
+		out = append(out, rate{x: (from + to) / 2, accepted: a / w, refused: rf / w, soldOut: so / w, failed: f / w, w: w})
 	}
 	return out
 }

@@ -157,11 +157,11 @@ func TestPerSecond(t *testing.T) {
 		elapsed time.Duration
 		want    []rate
 	}{
-		{"whole seconds", secs(10, 20), 2 * time.Second, []rate{{0.5, 10, 20, 10, 0}, {1.5, 20, 40, 20, 0}}},
-		{"elapsed unknown", secs(10, 20), 0, []rate{{0.5, 10, 20, 10, 0}, {1.5, 20, 40, 20, 0}}},
-		{"half a second", secs(10, 20), 1500 * time.Millisecond, []rate{{0.5, 10, 20, 10, 0}, {1.25, 40, 80, 40, 0}}},
-		{"sliver", secs(10, 2), 1100 * time.Millisecond, []rate{{0.55, 12 / 1.1, 24 / 1.1, 12 / 1.1, 0}}},
-		{"sliver alone", secs(2), 100 * time.Millisecond, []rate{{0.05, 20, 40, 20, 0}}},
+		{"whole seconds", secs(10, 20), 2 * time.Second, []rate{{0.5, 10, 20, 10, 0, 1}, {1.5, 20, 40, 20, 0, 1}}},
+		{"elapsed unknown", secs(10, 20), 0, []rate{{0.5, 10, 20, 10, 0, 1}, {1.5, 20, 40, 20, 0, 1}}},
+		{"half a second", secs(10, 20), 1500 * time.Millisecond, []rate{{0.5, 10, 20, 10, 0, 1}, {1.25, 40, 80, 40, 0, 0.5}}},
+		{"sliver", secs(10, 2), 1100 * time.Millisecond, []rate{{0.55, 12 / 1.1, 24 / 1.1, 12 / 1.1, 0, 1.1}}},
+		{"sliver alone", secs(2), 100 * time.Millisecond, []rate{{0.05, 20, 40, 20, 0, 0.1}}},
 		{"empty", nil, time.Second, nil},
 	}
 	for _, tt := range tests {
@@ -173,7 +173,7 @@ func TestPerSecond(t *testing.T) {
 			for i, w := range tt.want {
 				g := got[i]
 				if math.Abs(g.x-w.x) > 1e-9 || math.Abs(g.accepted-w.accepted) > 1e-9 || math.Abs(g.refused-w.refused) > 1e-9 ||
-					math.Abs(g.soldOut-w.soldOut) > 1e-9 || g.failed != w.failed {
+					math.Abs(g.soldOut-w.soldOut) > 1e-9 || g.failed != w.failed || math.Abs(g.w-w.w) > 1e-9 {
 					t.Errorf("[%d] %+v, want %+v", i, g, w)
 				}
 			}
