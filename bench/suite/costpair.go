@@ -111,7 +111,8 @@ func costPairSection(pairs []costPair, c costPairSetup) string {
 		"CPU is utime + stime of each process from `/proc/PID/stat`, from just before the first buy to the last order in MySQL, per accepted order. "+
 		"Before and after are **medians over the runs, min–max in brackets**; after ÷ before is **taken within each pair** (the after run ÷ "+
 		"the before run just ahead of it) and given as the median of the pairs, min–max in brackets. A change shows beyond the noise when the "+
-		"whole range of after ÷ before is on one side of 1.\n", c.orders, c.orders*2, c.conns, c.consumers, c.before, c.after)
+		"whole range of after ÷ before is on one side of 1 in %d pairs or more (every one of N pairs on one side by chance alone: 2 in 2^N, 6%% for %d): "+
+		"a gain is less CPU, or more orders/s.\n", c.orders, c.orders*2, c.conns, c.consumers, c.before, c.after, minPairs, minPairs)
 	all, gateway, rds, rabbit, cons, maria, client := costStages(c.consumers)
 	rate := costStage{"**orders/s**, first 202 → last MySQL row", func(r *costRun) float64 { return r.rate }}
 	stages := []costStage{all, gateway, rds, rabbit, cons, maria, client, rate}
@@ -129,7 +130,7 @@ func costPairSection(pairs []costPair, c costPairSetup) string {
 				bs, as, ratios = append(bs, pr.before), append(as, pr.after), append(ratios, pr)
 			}
 		}
-		fmt.Fprintf(&b, "\n### %s, %d pair(s)\n\n%s.\n\n| stage | before | after | after ÷ before | beyond the noise |\n| --- | ---: | ---: | ---: | --- |\n",
+		fmt.Fprintf(&b, "\n### %s, %d pair(s)\n\n%s.\n\n| stage | before | after | after ÷ before | pairs lower after | beyond the noise |\n| --- | ---: | ---: | ---: | ---: | --- |\n",
 			upperFirst(p.name), len(ratios), upperFirst(p.what()))
 		for _, st := range stages {
 			ratio := func(pr costPair) float64 {
@@ -139,25 +140,13 @@ func costPairSection(pairs []costPair, c costPairSetup) string {
 				return 0
 			}
 			mid, lo, hi := medianOfRuns(ratios, ratio)
-			// Less CPU is a gain; more orders/s is.
-			gain, loss := hi < 1, lo > 1
-			if st.name == rate.name {
-				gain, loss = loss, gain
-			}
-			says := "within the noise"
-			switch {
-			case len(ratios) < 2:
-				says = "one pair: no spread"
-			case gain:
-				says = "gain"
-			case loss:
-				says = "loss"
-			}
+			says := pairVerdict(ratios, ratio, st.name == rate.name)
 			format := "%.1f"
 			if st.name == rate.name {
 				format = "%.0f"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", st.name, summed(bs, st.v, format), summed(as, st.v, format), spread(mid, lo, hi, "%.2f×"), says)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %s |\n", st.name, summed(bs, st.v, format), summed(as, st.v, format),
+				spread(mid, lo, hi, "%.2f×"), lower(ratios, ratio), len(ratios), says)
 		}
 		b.WriteString("\nEach pair (all servers µs per order, before → after): ")
 		for i, pr := range ratios {
@@ -174,4 +163,46 @@ func costPairSection(pairs []costPair, c costPairSetup) string {
 	}
 	fmt.Fprintf(&b, "- No baselines in this mode: they are the cost part's without -cost-before. This part took %s.\n", c.took.Round(time.Second))
 	return b.String()
+}
+
+// minPairs is how many pairs must all agree before the section calls a
+// change a gain or a loss: the chance that N pairs of a change that does
+// nothing all fall on one side is 2 in 2^N, 6% for 5.
+const minPairs = 5
+
+// lower counts the pairs whose after ÷ before is below 1.
+func lower(pairs []costPair, ratio func(costPair) float64) int {
+	n := 0
+	for _, p := range pairs {
+		if ratio(p) < 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// pairVerdict says whether every pair shows a gain (less CPU; more when
+// higherIsGain, as orders/s), a loss, or neither, with minPairs pairs or
+// more.
+func pairVerdict(pairs []costPair, ratio func(costPair) float64, higherIsGain bool) string {
+	n, k := len(pairs), lower(pairs, ratio)
+	higher := 0
+	for _, p := range pairs {
+		if ratio(p) > 1 {
+			higher++
+		}
+	}
+	gain, loss := k == n, higher == n
+	if higherIsGain {
+		gain, loss = loss, gain
+	}
+	switch {
+	case n < minPairs && (gain || loss):
+		return fmt.Sprintf("too few pairs to tell (%d; %d or more)", n, minPairs)
+	case gain:
+		return "gain"
+	case loss:
+		return "loss"
+	}
+	return "within the noise"
 }

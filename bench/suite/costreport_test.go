@@ -56,15 +56,19 @@ func TestCostPairSection(t *testing.T) {
 	pair := func(before, after float64) costPair {
 		return costPair{place: unpinnedPlace, before: fakeRun(unpinnedPlace, before, 10), after: fakeRun(unpinnedPlace, after, 10)}
 	}
-	md := costPairSection([]costPair{pair(100, 80), pair(120, 90), pair(90, 81)}, costPairSetup{before: "/old", after: "/new",
-		costSetup: costSetup{orders: 100, consumers: 1, conns: 64}})
+	setup := costPairSetup{before: "/old", after: "/new", costSetup: costSetup{orders: 100, consumers: 1, conns: 64}}
+	md := costPairSection([]costPair{pair(100, 80), pair(120, 90), pair(90, 81), pair(100, 99), pair(100, 90)}, setup)
 	hasLines(t, md,
 		"before is `/old`, after is `/new`",
-		"### Unpinned, 3 pair(s)",
-		"| **all servers** | 100.0 (90.0–120.0) | 81.0 (80.0–90.0) | 0.80× (0.75×–0.90×) | gain |",
-		"| Redis | 2.0 | 2.0 | 1.00× | within the noise |",
-		"100.0 → 80.0; 120.0 → 90.0; 90.0 → 81.0",
+		"### Unpinned, 5 pair(s)",
+		"| **all servers** | 100.0 (90.0–120.0) | 90.0 (80.0–99.0) | 0.90× (0.75×–0.99×) | 5 of 5 | gain |",
+		"| Redis | 2.0 | 2.0 | 1.00× | 0 of 5 | within the noise |",
+		"100.0 → 80.0; 120.0 → 90.0; 90.0 → 81.0; 100.0 → 99.0; 100.0 → 90.0",
 	)
+	md = costPairSection([]costPair{pair(100, 80), pair(120, 90), pair(90, 81)}, setup)
+	hasLines(t, md, "| 0.80× (0.75×–0.90×) | 3 of 3 | too few pairs to tell (3; 5 or more) |")
+	md = costPairSection([]costPair{pair(100, 80), pair(120, 130), pair(90, 81), pair(100, 90), pair(100, 90)}, setup)
+	hasLines(t, md, "| 4 of 5 | within the noise |")
 }
 
 func TestParsePlacements(t *testing.T) {
