@@ -384,6 +384,9 @@ func (s *suite) costSale(ctx context.Context, r *costRun) error {
 	if r.picture {
 		o.NoMySQL, o.MySQLDSN, o.DrainTimeout = false, dsn, 2*time.Minute
 		o.Timeline, o.SampleEvery, o.AfterSoldOut = true, pictureSampling, pictureTail
+		// Buyers enough that none comes back in the tail: a buyer who
+		// already holds a unit is told limit_reached, not sold_out.
+		o.Users = orders * pictureUsers
 	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {

@@ -13,9 +13,11 @@ import (
 // The picture's sale (costRun.picture): its crowd goes on this long past
 // the sell-out, answered sold_out, and its outbox and rows in MySQL are
 // read this often.
+// It has pictureUsers buyers a unit.
 const (
 	pictureTail     = 2 * time.Second
 	pictureSampling = 200 * time.Millisecond
+	pictureUsers    = 5
 )
 
 // pictureGaps says what the picture's sale lacks of a whole sale, for the

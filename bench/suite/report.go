@@ -132,7 +132,11 @@ func (s *suite) write(path string, took time.Duration) error {
 	if sec.goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + sec.goBench + "\n```\n")
 	}
-	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services and Graphviz, then this suite; rewrites docs/benchmarks.md and its pictures\n```\n")
+	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services and Graphviz, then this suite; rewrites docs/benchmarks.md and its pictures\n" +
+		"go build -o .run/bench/suite ./bench/suite\n" +
+		".run/bench/suite -only cost -out /tmp/cost.md                                      # the cost part alone, pinned and unpinned\n" +
+		".run/bench/suite -only cost -out /tmp/cost.md -cost-before OLD-BINARY -cost-runs 5  # a change: before and after, in pairs\n```\n\n" +
+		"[How to measure a change](development.md#how-to-measure-a-change) says how to build the binary before a change and read the pairs.\n")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
