@@ -112,10 +112,13 @@ func ownCPUs() (string, error) {
 
 // setOwnCPUs puts every thread of this process on cpus (a thread started
 // later inherits its starter's) and GOMAXPROCS to as many, as Go sets it
-// at start.
+// at start. Twice: a thread started while taskset went through the others
+// may have inherited the old list.
 func setOwnCPUs(cpus string) error {
-	if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
-		return fmt.Errorf("taskset -a -p -c %s: %v: %s", cpus, err, out)
+	for range 2 {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(os.Getpid())).CombinedOutput(); err != nil {
+			return fmt.Errorf("taskset -a -p -c %s: %v: %s", cpus, err, out)
+		}
 	}
 	runtime.SetDefaultGOMAXPROCS()
 	return nil
