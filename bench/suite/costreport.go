@@ -257,7 +257,7 @@ func costNotes(runs []*costRun, c costSetup) string {
 		"at that sale's own request rate (%s requests/s over the runs), where it idles between requests as the gateway does and "+
 		"pays a wake-up per request (epoll, the scheduler, the reply's write waking an idle client) that a busy server shares among many. "+
 		"The second is the floor in the same conditions.\n", summed(runs, func(r *costRun) float64 { return r.loadRate }, "%.0f"))
-	fmt.Fprintf(&b, "- Baselines: the bare handler (bench/bare) under the same client for %v each; once a round, after its sales, with the load where the last sale had it: "+
+	fmt.Fprintf(&b, "- Baselines: the bare handler (bench/bare) under the same client for %v each; once a round, after its sales, with the load where the suite started (on CPU 1 under `make bench`): "+
 		"RabbitMQ alone is bench.BrokerRates "+
 		"(%d persistent messages to a fresh quorum queue, up to %d unconfirmed, then consumed with acks), its CPU per message "+
 		"for both halves; MariaDB alone inserts %d rows into flashgate's orders table in a scratch database, %d rows per INSERT "+

@@ -70,7 +70,8 @@ func (s *suite) write(path string, took time.Duration) error {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), host, machineCPUs(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second))
 	fmt.Fprintf(&b, "Every figure below is compared with a baseline measured in the same run by the same client "+
 		"(`flashgate bench`'s load generator, %d keep-alive connections, %v per measurement, closed loop unless noted). "+
-		"Servers are pinned to CPU 0 and the client to CPU 1 when `taskset` exists. Absolute numbers move with the "+
+		"Servers are pinned to CPU 0 and the client to CPU 1 when `taskset` exists, unless a section says otherwise "+
+		"(the cost per order runs both pinned and unpinned). Absolute numbers move with the "+
 		"machine's other load; the ratios are what the targets are about.\n\n", s.o.conns, s.o.dur)
 	b.WriteString("| group | measurement | value | p50 | p99 | ratio to baseline | target |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range s.rows {
