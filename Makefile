@@ -164,8 +164,10 @@ $(STATICCHECK):
 
 # The suite measures flashgate against its baselines in one run and rewrites
 # docs/benchmarks.md. It pins itself (the load) to CPU 1 and the servers it
-# starts to CPU 0 when taskset exists. Graphviz (deploy/local/graphviz.sh,
-# installed when missing) draws the cost part's profiles.
+# starts to CPU 0 when taskset exists; the cost part moves the load itself,
+# to run its sale both pinned and unpinned (docs/development.md, "How to
+# measure a change"). Graphviz (deploy/local/graphviz.sh, installed when
+# missing) draws the cost part's profiles.
 PIN_LOAD := $(shell command -v taskset >/dev/null 2>&1 && [ "$$(nproc --all)" -gt 1 ] && echo taskset -c 1)
 
 bench: up

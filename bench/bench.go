@@ -78,6 +78,10 @@ type Options struct {
 
 	Duration     time.Duration // stop after this long; 0: no limit but the others
 	UntilSoldOut bool          // stop at the first sold_out answer, or 1 s after the 202s added up to the stock
+	// AfterSoldOut, with UntilSoldOut, keeps the load on this long after
+	// the sale was seen sold out: the crowd that goes on asking after the
+	// last unit, answered sold_out.
+	AfterSoldOut time.Duration
 	MaxDuration  time.Duration // hard cap on the load; default 60s
 	DrainTimeout time.Duration // longest wait for the orders to reach MySQL; default 30s
 	Timeout      time.Duration // per request; default 5s
@@ -111,6 +115,9 @@ type Options struct {
 	// MySQL wait. Workers count a second each and merge it once a second,
 	// so the buy loop pays no lock for it; memory is bounded (an hour).
 	Timeline bool
+	// SampleEvery is how often the timeline reads the outbox backlog and
+	// the rows in MySQL; default a second.
+	SampleEvery time.Duration
 
 	// Progress, when set, receives a status line once a second.
 	Progress io.Writer
@@ -147,6 +154,9 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
+	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = time.Second
 	}
 	bad := func(format string, args ...any) (Options, error) {
 		return o, fmt.Errorf("bench: %w: "+format, append([]any{ErrOptions}, args...)...)
@@ -202,8 +212,12 @@ func (o Options) normalize() (Options, error) {
 		return bad("conns %d: want 1 to 10000", o.Conns)
 	case !(o.Rate >= 0 && o.Rate <= 1e7):
 		return bad("rate %v: want 0 (closed loop) to 10000000", o.Rate)
-	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0:
+	case o.Duration < 0 || o.MaxDuration < 0 || o.DrainTimeout < 0 || o.Timeout < 0 || o.AfterSoldOut < 0:
 		return bad("durations must not be negative")
+	case o.SampleEvery < 10*time.Millisecond:
+		return bad("sample-every %v: want 10ms or more", o.SampleEvery)
+	case o.AfterSoldOut > 0 && !o.UntilSoldOut:
+		return bad("after-sold-out needs a load that stops at the sell-out (until-sold-out)")
 	case o.PaymentWindow < 0 || o.PaymentWindow > 86400:
 		return bad("payment-window %d: want 0 to 86400 seconds", o.PaymentWindow)
 	case !(o.PayRatio >= 0 && o.PayRatio <= 1):
@@ -317,7 +331,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	pay := newPayment(ctx, o, adm) // nil without a payment window
 	var smp *sampler
 	if o.Timeline && !o.Raw {
-		smp = startSampler(adm, db, o.Sale)
+		smp = startSampler(adm, db, o.Sale, o.SampleEvery)
 	}
 	var room *roomLoad
 	var roomWorkers []*roomWorker

@@ -52,6 +52,7 @@ type load struct {
 	stopOnce sync.Once
 	full     chan struct{} // closed when the 202s add up to the stock
 	fullOnce sync.Once
+	tailOnce sync.Once // starts the AfterSoldOut timer
 	why      string    // what stopped the load; set once, before stop closes
 	haltAt   time.Time // when
 
@@ -314,12 +315,19 @@ func (l *load) noteErr(err error) {
 // first. A sold_out answer stops the load at once; 202s for the whole stock
 // stop it a grace period later (see run), so that a gateway that oversells
 // has the chance to show it, and a sale whose buyers all reached their
-// limit (they get limit_reached, never sold_out) still stops.
+// limit (they get limit_reached, never sold_out) still stops. With
+// Options.AfterSoldOut either stops it that long after the sell-out.
 func (l *load) soldOutAt(t time.Time, answer bool) {
 	since := int64(t.Sub(l.start)) + 1
 	for m := l.soldOut.Load(); (m == 0 || since < m) && !l.soldOut.CompareAndSwap(m, since); m = l.soldOut.Load() {
 	}
 	if !l.o.UntilSoldOut {
+		return
+	}
+	if l.o.AfterSoldOut > 0 {
+		// The crowd goes on: the halt comes a tail's length after the
+		// sell-out, whichever way it was seen first.
+		l.tailOnce.Do(func() { time.AfterFunc(l.o.AfterSoldOut, func() { l.halt("sold-out") }) })
 		return
 	}
 	if answer {

@@ -16,17 +16,18 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/sale.svg from the synthetic run")
 
 // syntheticRun is a sale of 1000 units over 5 seconds: buys rise, sell
-// out in the third second, refusals take over; the outbox fills and
-// drains, the rows catch up.
+// out in the third second, sold-out answers take over (a few other
+// refusals among them); the outbox fills and drains, the rows catch up.
 func syntheticRun() *Report {
 	return &Report{Sale: `bench-<&"x">`, Stock: 1000, Conns: 64, Requests: 9000, Elapsed: 4500 * time.Millisecond, StoppedBy: "sold-out",
+		SoldOutAfter: 2100 * time.Millisecond, MySQLAfter: 4 * time.Second,
 		Timeline: &Timeline{
 			Seconds: []Second{
 				{At: 0, Accepted: 300, Refused: 20, P50: 800 * time.Microsecond, P99: 3 * time.Millisecond},
 				{At: 1, Accepted: 500, Refused: 40, Failed: 2, P50: 900 * time.Microsecond, P99: 4 * time.Millisecond},
-				{At: 2, Accepted: 200, Refused: 2500, P50: 400 * time.Microsecond, P99: 2 * time.Millisecond},
-				{At: 3, Refused: 3000, P50: 300 * time.Microsecond, P99: 1500 * time.Microsecond},
-				{At: 4, Refused: 2438, P50: 300 * time.Microsecond, P99: 1200 * time.Microsecond},
+				{At: 2, Accepted: 200, Refused: 2500, SoldOut: 2450, P50: 400 * time.Microsecond, P99: 2 * time.Millisecond},
+				{At: 3, Refused: 3000, SoldOut: 3000, P50: 300 * time.Microsecond, P99: 1500 * time.Microsecond},
+				{At: 4, Refused: 2438, SoldOut: 2438, P50: 300 * time.Microsecond, P99: 1200 * time.Microsecond},
 			},
 			Outbox: []Sample{{0, 0}, {time.Second, 250}, {2 * time.Second, 400}, {3 * time.Second, 90}, {4 * time.Second, 0}},
 			Rows:   []Sample{{0, 0}, {time.Second, 50}, {2 * time.Second, 400}, {3 * time.Second, 910}, {4 * time.Second, 1000}},
@@ -112,10 +113,10 @@ func TestTimelineMerge(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("%d seconds, want 3: %+v", len(got), got)
 	}
-	type counts struct{ acc, ref, fail int64 }
-	want := []counts{{99, 2, 0}, {0, 0, 0}, {0, 0, 1}}
+	type counts struct{ acc, ref, soldOut, fail int64 }
+	want := []counts{{99, 2, 2, 0}, {0, 0, 0, 0}, {0, 0, 0, 1}}
 	for i, w := range want {
-		if c := (counts{got[i].Accepted, got[i].Refused, got[i].Failed}); c != w || got[i].At != i {
+		if c := (counts{got[i].Accepted, got[i].Refused, got[i].SoldOut, got[i].Failed}); c != w || got[i].At != i {
 			t.Errorf("second %d: %+v, want at %d %+v", i, got[i], i, w)
 		}
 	}
@@ -146,7 +147,7 @@ func TestPerSecond(t *testing.T) {
 	secs := func(n ...int64) []Second {
 		var ss []Second
 		for i, a := range n {
-			ss = append(ss, Second{At: i, Accepted: a, Refused: 2 * a})
+			ss = append(ss, Second{At: i, Accepted: a, Refused: 2 * a, SoldOut: a})
 		}
 		return ss
 	}
@@ -156,11 +157,11 @@ func TestPerSecond(t *testing.T) {
 		elapsed time.Duration
 		want    []rate
 	}{
-		{"whole seconds", secs(10, 20), 2 * time.Second, []rate{{0.5, 10, 20, 0}, {1.5, 20, 40, 0}}},
-		{"elapsed unknown", secs(10, 20), 0, []rate{{0.5, 10, 20, 0}, {1.5, 20, 40, 0}}},
-		{"half a second", secs(10, 20), 1500 * time.Millisecond, []rate{{0.5, 10, 20, 0}, {1.25, 40, 80, 0}}},
-		{"sliver", secs(10, 2), 1100 * time.Millisecond, []rate{{0.55, 12 / 1.1, 24 / 1.1, 0}}},
-		{"sliver alone", secs(2), 100 * time.Millisecond, []rate{{0.05, 20, 40, 0}}},
+		{"whole seconds", secs(10, 20), 2 * time.Second, []rate{{0.5, 10, 20, 10, 0, 1}, {1.5, 20, 40, 20, 0, 1}}},
+		{"elapsed unknown", secs(10, 20), 0, []rate{{0.5, 10, 20, 10, 0, 1}, {1.5, 20, 40, 20, 0, 1}}},
+		{"half a second", secs(10, 20), 1500 * time.Millisecond, []rate{{0.5, 10, 20, 10, 0, 1}, {1.25, 40, 80, 40, 0, 0.5}}},
+		{"sliver", secs(10, 2), 1100 * time.Millisecond, []rate{{0.55, 12 / 1.1, 24 / 1.1, 12 / 1.1, 0, 1.1}}},
+		{"sliver alone", secs(2), 100 * time.Millisecond, []rate{{0.05, 20, 40, 20, 0, 0.1}}},
 		{"empty", nil, time.Second, nil},
 	}
 	for _, tt := range tests {
@@ -171,7 +172,8 @@ func TestPerSecond(t *testing.T) {
 			}
 			for i, w := range tt.want {
 				g := got[i]
-				if math.Abs(g.x-w.x) > 1e-9 || math.Abs(g.accepted-w.accepted) > 1e-9 || math.Abs(g.refused-w.refused) > 1e-9 || g.failed != w.failed {
+				if math.Abs(g.x-w.x) > 1e-9 || math.Abs(g.accepted-w.accepted) > 1e-9 || math.Abs(g.refused-w.refused) > 1e-9 ||
+					math.Abs(g.soldOut-w.soldOut) > 1e-9 || g.failed != w.failed || math.Abs(g.w-w.w) > 1e-9 {
 					t.Errorf("[%d] %+v, want %+v", i, g, w)
 				}
 			}

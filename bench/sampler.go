@@ -7,13 +7,14 @@ import (
 )
 
 // sampler reads the sale's outbox backlog (admin API) and its rows in
-// MySQL (when db is set) once a second, from start until stop, for the
+// MySQL (when db is set) every every, from start until stop, for the
 // Timeline. A reading that fails is left out. It keeps at most maxSeconds
 // readings of each.
 type sampler struct {
-	adm  *admin
-	db   *orderDB // nil: no MySQL
-	sale string
+	adm   *admin
+	db    *orderDB // nil: no MySQL
+	sale  string
+	every time.Duration
 
 	quit     chan struct{}
 	stopOnce sync.Once
@@ -26,8 +27,8 @@ type sampler struct {
 }
 
 // startSampler starts sampling; stop ends it.
-func startSampler(adm *admin, db *orderDB, sale string) *sampler {
-	s := &sampler{adm: adm, db: db, sale: sale, quit: make(chan struct{})}
+func startSampler(adm *admin, db *orderDB, sale string, every time.Duration) *sampler {
+	s := &sampler{adm: adm, db: db, sale: sale, every: every, quit: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -37,7 +38,7 @@ func startSampler(adm *admin, db *orderDB, sale string) *sampler {
 }
 
 func (s *sampler) loop() {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(s.every)
 	defer tick.Stop()
 	s.read() // the start: an empty outbox, no rows
 	for {
@@ -51,21 +52,25 @@ func (s *sampler) loop() {
 	}
 }
 
-// read takes one reading of each gauge, each bounded by less than the
-// tick so that a slow admin API or MySQL delays the next one at most.
+// read takes one reading of each gauge, each bounded, so that a slow
+// admin API or MySQL delays the next one at most.
 func (s *sampler) read() {
 	if len(s.at) >= maxSeconds {
 		return
 	}
 	now := time.Now()
 	outbox, rows := int64(-1), int64(-1)
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	// A reading may take up to 400 ms (COUNT(*) of a large sale's rows on a
+	// busy MariaDB) however often they are taken: a slow one delays the
+	// next rather than being lost.
+	bound := max(s.every*2/5, 400*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	if v, err := s.adm.view(ctx, s.sale); err == nil {
 		outbox = v.OutboxPending
 	}
 	cancel()
 	if s.db != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		if n, _, err := s.db.counts(ctx, s.sale); err == nil {
 			rows = n
 		}

@@ -13,9 +13,9 @@ const maxSeconds = 3600
 
 // Timeline is a run second by second: what the buyers were told and how
 // fast (Seconds, from the load), and the outbox backlog and rows in MySQL
-// read once a second from the load's start to the end of the MySQL wait
-// (Outbox, Rows; empty when not read). It is in the Report only when
-// Options.Timeline is set.
+// read every Options.SampleEvery (a second by default) from the load's
+// start to the end of the MySQL wait (Outbox, Rows; empty when not read).
+// It is in the Report only when Options.Timeline is set.
 type Timeline struct {
 	Seconds   []Second `json:"seconds"`
 	Outbox    []Sample `json:"outbox,omitempty"`
@@ -24,12 +24,14 @@ type Timeline struct {
 }
 
 // Second is one second of the load, by the time each answer came:
-// accepted (202), refused (any other answer) and failed (no answer), and
-// the latency of all of them, within 1/16 of the true value.
+// accepted (202), refused (any other answer; SoldOut of them were
+// sold_out) and failed (no answer), and the latency of all of them, within
+// 1/16 of the true value.
 type Second struct {
 	At       int           `json:"at_s"` // whole seconds since the load's start
 	Accepted int64         `json:"accepted"`
 	Refused  int64         `json:"refused"`
+	SoldOut  int64         `json:"sold_out"` // of Refused
 	Failed   int64         `json:"failed"`
 	P50      time.Duration `json:"p50_ns"`
 	P99      time.Duration `json:"p99_ns"`
@@ -51,8 +53,8 @@ const secBuckets = (64 - secBits) << secBits
 
 // second is the load's counts in one second, of one worker or merged.
 type second struct {
-	accepted, refused, failed int64
-	lat                       [secBuckets]uint32
+	accepted, refused, soldOut, failed int64
+	lat                                [secBuckets]uint32
 }
 
 func secBucket(v int64) int {
@@ -80,6 +82,9 @@ func (s *second) record(o int, d time.Duration) {
 		s.accepted++
 	case oError:
 		s.failed++
+	case oSoldOut:
+		s.refused++
+		s.soldOut++
 	default:
 		s.refused++
 	}
@@ -89,6 +94,7 @@ func (s *second) record(o int, d time.Duration) {
 func (s *second) add(o *second) {
 	s.accepted += o.accepted
 	s.refused += o.refused
+	s.soldOut += o.soldOut
 	s.failed += o.failed
 	for i, c := range o.lat {
 		s.lat[i] += c
@@ -145,7 +151,7 @@ func (t *timeline) seconds() []Second {
 	for i, s := range t.secs {
 		out[i].At = i
 		if s != nil {
-			out[i].Accepted, out[i].Refused, out[i].Failed = s.accepted, s.refused, s.failed
+			out[i].Accepted, out[i].Refused, out[i].SoldOut, out[i].Failed = s.accepted, s.refused, s.soldOut, s.failed
 			out[i].P50, out[i].P99 = s.quantile(0.50), s.quantile(0.99)
 		}
 	}

@@ -26,6 +26,13 @@ type Panel struct {
 	Series []Series
 }
 
+// Marker is a moment on the x axis: a dashed line across every panel,
+// named in the first.
+type Marker struct {
+	X     float64
+	Label string
+}
+
 // Chart is a column of panels that share the x axis (XLabel under the
 // last one).
 type Chart struct {
@@ -33,6 +40,7 @@ type Chart struct {
 	Subtitle string // a second, smaller line under the title
 	XLabel   string
 	Panels   []Panel
+	Markers  []Marker
 }
 
 // Layout, in pixels.
@@ -71,6 +79,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	s.raw("\" font-family=\"sans-serif\" font-size=\"12\">\n")
 	s.raw("<style>.grid{stroke:#ddd;stroke-width:1}.axis{stroke:#333;stroke-width:1}" +
 		".title{font-size:16px;font-weight:bold}.ptitle{font-size:13px;font-weight:bold}.muted{fill:#777}" +
+		".mark{stroke:#b2182b;stroke-width:1;stroke-dasharray:4 3}.mlabel{fill:#b2182b}" +
 		"polyline{fill:none;stroke-width:1.5;stroke-linejoin:round}</style>\n")
 	s.raw(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 	s.label(marginLeft, 24, "start", "title", c.Title)
@@ -82,6 +91,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	for i := range c.Panels {
 		top += panelGap
 		c.Panels[i].draw(s, x, top)
+		c.drawMarkers(s, x, top, i == 0)
 		top += panelHeight
 	}
 	// x tick labels and the x label, under the last panel.
@@ -93,8 +103,8 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	return s.flush()
 }
 
-// xRange is the smallest and largest x of every point of every panel;
-// 0, 0 when there is none.
+// xRange is the smallest and largest x of every point of every panel
+// and of every marker; 0, 0 when there is none.
 func (c *Chart) xRange() (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, p := range c.Panels {
@@ -104,6 +114,11 @@ func (c *Chart) xRange() (lo, hi float64) {
 					lo, hi = min(lo, pt.X), max(hi, pt.X)
 				}
 			}
+		}
+	}
+	for _, m := range c.Markers {
+		if (Point{X: m.X}).finite() {
+			lo, hi = min(lo, m.X), max(hi, m.X)
 		}
 	}
 	if lo > hi {
@@ -176,5 +191,28 @@ func (p *Panel) draw(s *svg, x axis, top float64) {
 		s.num(ly - 6)
 		s.raw(`" width="20" height="3" fill="` + colour + "\"/>\n")
 		s.label(x.to+40, ly, "start", "", sr.Name)
+	}
+}
+
+// drawMarkers draws the markers across the panel below top, and their
+// labels when named (the first panel), one under the other so that two
+// close moments stay readable: right of the line in the left half of the
+// plot, left of it in the right half, never over the legend.
+func (c *Chart) drawMarkers(s *svg, x axis, top float64, named bool) {
+	for i, m := range c.Markers {
+		if !(Point{X: m.X}).finite() {
+			continue
+		}
+		px := x.pos(m.X)
+		s.line(px, top, px, top+panelHeight, "mark")
+		if !named {
+			continue
+		}
+		ly := top + 12 + float64(i)*legendLine
+		if px > (x.from+x.to)/2 {
+			s.label(px-4, ly, "end", "mlabel", m.Label)
+		} else {
+			s.label(px+4, ly, "start", "mlabel", m.Label)
+		}
 	}
 }

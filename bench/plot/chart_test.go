@@ -41,6 +41,9 @@ func TestChartWellFormed(t *testing.T) {
 		{"not finite", Chart{Panels: []Panel{{Title: "p", Series: []Series{{Name: "a", Points: []Point{{X: 0, Y: math.Inf(1)}, {X: 1, Y: math.NaN()}}}}}}}},
 		{"large and negative", Chart{Panels: []Panel{{Title: "p", Series: []Series{{Name: "a", Points: []Point{{X: -2, Y: -3e6}, {X: 60, Y: 1.2e9}}}}}}}},
 		{"many series", Chart{Panels: []Panel{{Title: "p", Series: make([]Series, 9)}}}},
+		{"markers", Chart{Markers: []Marker{{X: 2, Label: hostile}, {X: math.NaN(), Label: "nan"}, {X: 2.1, Label: "next"}},
+			Panels: []Panel{{Title: "p", Series: []Series{{Name: "a", Points: []Point{{X: 0, Y: 1}, {X: 1, Y: 2}}}}}, {Title: "q"}}}},
+		{"marker alone", Chart{Markers: []Marker{{X: 5, Label: "m"}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,5 +115,27 @@ func TestAxisTicks(t *testing.T) {
 				t.Errorf("ticks %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A marker widens the x axis to its moment, is drawn across every panel
+// and named once.
+func TestChartMarkers(t *testing.T) {
+	c := Chart{Markers: []Marker{{X: 12, Label: "sold out"}}, Panels: []Panel{
+		{Title: "a", Series: []Series{{Name: "s", Points: []Point{{X: 0, Y: 1}, {X: 5, Y: 2}}}}},
+		{Title: "b"},
+	}}
+	if lo, hi := c.xRange(); lo != 0 || hi != 12 {
+		t.Errorf("x range %v–%v, want 0–12", lo, hi)
+	}
+	var buf bytes.Buffer
+	if err := c.WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), `class="mark"`); n != 2 {
+		t.Errorf("%d marker lines, want one per panel (2)", n)
+	}
+	if n := strings.Count(buf.String(), ">sold out<"); n != 1 {
+		t.Errorf("the marker is named %d times, want once", n)
 	}
 }

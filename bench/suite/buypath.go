@@ -22,8 +22,7 @@ var (
 )
 
 // measureBuyPath is the buy part: the bare handler, the gateway with
-// batching on (the main run, drawn beside the report) and off, and the
-// sold-out path.
+// batching on (the main run) and off, and the sold-out path.
 func (s *suite) measureBuyPath(ctx context.Context) error {
 	const buy, soldOut = "buy path, one hot sale", "sold-out path"
 	bareAcc, err := s.measureBare(ctx, "accepted")
@@ -31,13 +30,11 @@ func (s *suite) measureBuyPath(ctx context.Context) error {
 		return err
 	}
 	ceiling := s.add(reqRow(buy, "bare fasthttp handler (ceiling)", bareAcc))
-	on := activeSale
-	on.Timeline = true
-	onRep, err := s.measureGateway(ctx, "active", nil, on)
+	onRep, err := s.measureGateway(ctx, "active", nil, activeSale)
 	if err != nil {
 		return err
 	}
-	s.picture = onRep
+	s.peak = onRep
 	offRep, err := s.measureGateway(ctx, "active", []string{"FLASHGATE_BATCH_MAX_SIZE=1"}, activeSale)
 	if err != nil {
 		return err
@@ -125,7 +122,7 @@ func (s *suite) measureAuth(ctx context.Context) error {
 // measureTail is the tail part: the gateway at half the peak rate of the
 // main run (measured here when the buy part did not run), open loop.
 func (s *suite) measureTail(ctx context.Context) error {
-	peak := s.picture
+	peak := s.peak
 	if peak == nil {
 		var err error
 		if peak, err = s.measureGateway(ctx, "active", nil, activeSale); err != nil {

@@ -107,8 +107,10 @@ func perUnit(before, after map[string]time.Duration, name string, units int64) f
 	return float64(after[name]-before[name]) / float64(time.Microsecond) / float64(max(units, 1))
 }
 
-// costRun is one run: the sale and every baseline.
+// costRun is one run: the sale, in one placement, and its baselines.
 type costRun struct {
+	place      placement
+	bin        string             // the flashgate binary of the sale ("": the suite's)
 	perOrder   map[string]float64 // process → CPU µs per accepted order
 	servers    float64            // sum of serverProcs
 	idle       map[string]float64 // process → µs per order its idle CPU rate just before would make over the sale
@@ -122,20 +124,40 @@ type costRun struct {
 	profiles   []profileTop       // the Go processes' profiles (the first run only)
 	profNotes  []string           // why a profile is missing
 	commands   map[string]cmdCost // Redis command → per order
-	bare       float64            // bare handler µs per request
+	picture    bool               // a run for the picture: see costPicture
+	report     *bench.Report      // the load's report (its timeline with picture)
+	bare       float64            // bare handler µs per request, closed loop, placed as the sale's gateway
 	bareClient float64            // load client µs per request against it
 	bareAtRate float64            // bare handler µs per request at the sale's request rate (open loop)
-	broker     float64            // RabbitMQ µs per message, publish with confirms + consume with acks
-	brokerPub  float64            // its publish-with-confirms messages/s
-	mariadb    float64            // MariaDB µs per row of 256-row INSERTs
-	lean       float64            // Redis µs per reservation of the lean script
+	shared     *sharedBase        // the round's baselines of the shared servers
 }
 
-// measureCost is the cost-per-order part: -cost-runs runs, each a sale of
-// -cost-orders orders and every baseline, and the section of the report.
+// sharedBase are the baselines of the shared servers, measured once a
+// round after its sales: where the suite's own processes sit does not
+// change what Redis, RabbitMQ or MariaDB do for a client.
+type sharedBase struct {
+	broker    float64 // RabbitMQ µs per message, publish with confirms + consume with acks
+	brokerPub float64 // its publish-with-confirms messages/s
+	mariadb   float64 // MariaDB µs per row of 256-row INSERTs
+	lean      float64 // Redis µs per reservation of the lean script
+}
+
+// measureCost is the cost-per-order part: -cost-runs rounds, each a sale
+// of -cost-orders orders in every placement of -cost-placements (the
+// placements' order turning each round, so that a drift of the machine
+// weighs on each alike) with the bare handler placed as each sale, then
+// the shared servers' baselines; then one more sale for the report's
+// picture. With -cost-before it is the paired mode instead (costpair.go).
 func (s *suite) measureCost(ctx context.Context) error {
 	if s.o.costOrders < 1 || s.o.costRuns < 1 || s.o.costConsumers < 1 {
 		return fmt.Errorf("-cost-orders, -cost-runs and -cost-consumers must be at least 1")
+	}
+	places, notes, err := s.costPlaces()
+	if err != nil {
+		return err
+	}
+	if s.o.costBefore != "" {
+		return s.measureCostPair(ctx, places, notes)
 	}
 	started := time.Now()
 	var (
@@ -143,21 +165,32 @@ func (s *suite) measureCost(ctx context.Context) error {
 		retried []string
 	)
 	for i := range s.o.costRuns {
-		r, err := s.costRun(ctx, i == 0)
-		if err != nil && ctx.Err() == nil {
-			// The servers are shared: another user's test may restart
-			// one in the middle of a run. Once more, then give up.
-			fmt.Fprintf(os.Stderr, "cost run %d failed, once more: %v\n", i+1, err)
-			retried = append(retried, fmt.Sprintf("run %d: %v", i+1, err))
-			r, err = s.costRun(ctx, i == 0)
+		shared := &sharedBase{}
+		for j := range places {
+			r := &costRun{place: places[(i+j)%len(places)], profile: i == 0 && j == 0, shared: shared}
+			if err := s.costRetried(ctx, r, fmt.Sprintf("round %d, %s", i+1, r.place.name), &retried, s.costRun); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "cost round %d, %s: all servers %.1f µs/order (%.1f× the bare handler at the sale's rate), %.0f orders/s\n",
+				i+1, r.place.name, r.servers, r.servers/max(r.bareAtRate, 1e-9), r.rate)
+			runs = append(runs, r)
 		}
-		if err != nil {
-			return fmt.Errorf("cost run %d: %w", i+1, err)
+		if err := s.costShared(ctx, shared); err != nil {
+			return err
 		}
-		fmt.Fprintf(os.Stderr, "cost run %d: all servers %.1f µs/order, %.0f orders/s\n", i+1, r.servers, r.rate)
-		runs = append(runs, r)
 	}
-	s.sections.cost = costSection(runs, retried, s.o.costOrders, s.o.costConsumers, s.o.dur, time.Since(started))
+	// The picture: one more sale, unpinned as in production, its crowd
+	// kept on past the sell-out; its CPU is not in the figures.
+	pic := &costRun{place: unpinnedPlace, picture: true}
+	if err := s.costRetried(ctx, pic, "the picture's sale", &retried, s.costRun); err != nil {
+		return err
+	}
+	s.picture = pic.report
+	for _, g := range pictureGaps(pic.report) {
+		retried = append(retried, "the picture's sale: "+g)
+	}
+	s.sections.cost = costSection(runs, costSetup{orders: s.o.costOrders, consumers: s.o.costConsumers, conns: s.o.conns,
+		bareDur: costBareDur(s.o.dur), notes: append(notes, retried...), took: time.Since(started), picture: pic})
 	for _, r := range runs {
 		for _, t := range r.profiles {
 			if t.svg != "" {
@@ -169,23 +202,66 @@ func (s *suite) measureCost(ctx context.Context) error {
 	return nil
 }
 
-// costRun is one run: a sale, then every baseline; profile: with the Go
-// processes' profiles.
-func (s *suite) costRun(ctx context.Context, profile bool) (*costRun, error) {
-	r := &costRun{profile: profile}
-	if err := s.costSale(ctx, r, s.o.costOrders, s.o.costConsumers); err != nil {
-		return nil, fmt.Errorf("sale: %w", err)
+// costPlaces are the placements of -cost-placements that this machine
+// can make, and a note for each it cannot.
+func (s *suite) costPlaces() ([]placement, []string, error) {
+	places, err := parsePlacements(s.o.costPlacements)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := s.costBaselines(ctx, r); err != nil {
-		return nil, err
+	var notes []string
+	if !canPin() {
+		places = slices.DeleteFunc(places, func(p placement) bool { return p == pinnedPlace })
+		notes = append(notes, "not pinned: this machine has no taskset or a single CPU")
 	}
-	return r, nil
+	if len(places) == 0 {
+		return nil, nil, fmt.Errorf("-cost-placements %q: none of them can run here (%s)", s.o.costPlacements, strings.Join(notes, "; "))
+	}
+	return places, notes, nil
 }
 
-// costSale runs one flash sale of orders units (one per buyer) through a
-// gateway with its relay, RabbitMQ, consumers and MySQL, and fills r's
-// sale figures.
-func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int) error {
+// costRetried runs measure on r, once more when it fails: the servers are
+// shared, and another user's test may restart one in the middle of a run.
+// A failure is noted in retried, as what.
+func (s *suite) costRetried(ctx context.Context, r *costRun, what string, retried *[]string, measure func(context.Context, *costRun) error) error {
+	fresh := *r
+	err := measure(ctx, r)
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "cost, %s failed, once more: %v\n", what, err)
+		*retried = append(*retried, fmt.Sprintf("failed once and was run again: %s: %v", what, err))
+		*r = fresh
+		err = measure(ctx, r)
+	}
+	if err != nil {
+		return fmt.Errorf("cost, %s: %w", what, err)
+	}
+	return nil
+}
+
+// costRun is one run: the load placed as r.place says, a sale, then the
+// bare handler placed the same way (but for the picture's sale).
+func (s *suite) costRun(ctx context.Context, r *costRun) error {
+	back, err := placeLoad(r.place.load)
+	if err != nil {
+		return err
+	}
+	defer back()
+	if err := s.costSale(ctx, r); err != nil {
+		return fmt.Errorf("sale: %w", err)
+	}
+	if r.picture {
+		return nil
+	}
+	return s.costBaselines(ctx, r)
+}
+
+// costSale runs one flash sale of -cost-orders units (one per buyer) through a
+// gateway with its relay, RabbitMQ, -cost-consumers consumers and MySQL, placed as r.place
+// says, from r.bin, and fills r's sale figures. The load stops at the
+// first sold_out answer, unless r.picture: then the crowd goes on for
+// pictureTail and the load's report keeps a timeline.
+func (s *suite) costSale(ctx context.Context, r *costRun) error {
+	orders, consumers := s.o.costOrders, s.o.costConsumers
 	dsn, drop, err := s.scratchDB(ctx)
 	if err != nil {
 		return err
@@ -203,7 +279,7 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 	var metrics []string
 	for i := range consumers {
 		addr := freeAddrs(1)[0]
-		c, err := s.launch(ctx, proc{log: fmt.Sprintf("cost-consumer-%d", i), args: []string{"consumer"}, cpu: cpuEvery, prefix: prefix,
+		c, err := s.launch(ctx, proc{log: fmt.Sprintf("cost-consumer-%d", i), args: []string{"consumer"}, bin: r.bin, cpu: r.place.server, prefix: prefix,
 			env: append(slices.Clone(extra), "FLASHGATE_CONSUMER_METRICS_ADDR="+addr), ready: "http://" + addr + "/healthz"})
 		if err != nil {
 			return err
@@ -212,7 +288,7 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 		metrics = append(metrics, "http://"+addr+"/metrics")
 		procs = append(procs, cpuProc{procConsumer, c.Pid()})
 	}
-	gp, err := s.launch(ctx, proc{log: "cost-gateway", args: []string{"gateway"}, cpu: cpuEvery, prefix: prefix, env: extra})
+	gp, err := s.launch(ctx, proc{log: "cost-gateway", args: []string{"gateway"}, bin: r.bin, cpu: r.place.server, prefix: prefix, env: extra})
 	if err != nil {
 		return err
 	}
@@ -306,11 +382,20 @@ func (s *suite) costSale(ctx context.Context, r *costRun, orders, consumers int)
 		})
 	}
 	defer profs.Wait()
-	rep, err := bench.Run(ctx, bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
-		Sale: sale, Stock: int64(orders), Users: orders * 2, Conns: s.o.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute})
+	o := bench.Options{URL: "http://" + public, AdminURL: "http://" + admin, NoMySQL: true, NoKeys: true,
+		Sale: sale, Stock: int64(orders), Users: orders * 2, Conns: s.o.conns, UntilSoldOut: true, MaxDuration: 2 * time.Minute}
+	if r.picture {
+		o.NoMySQL, o.MySQLDSN, o.DrainTimeout = false, dsn, 2*time.Minute
+		o.Timeline, o.SampleEvery, o.AfterSoldOut = true, pictureSampling, pictureTail
+		// Buyers enough that none comes back in the tail: a buyer who
+		// already holds a unit is told limit_reached, not sold_out.
+		o.Users = orders * pictureUsers
+	}
+	rep, err := bench.Run(ctx, o)
 	if err != nil {
 		return err
 	}
+	r.report = rep
 	if rep.Err() != nil {
 		return fmt.Errorf("invariant check failed: %w", rep.Err())
 	}

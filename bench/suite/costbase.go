@@ -23,36 +23,49 @@ import (
 	"github.com/flashgate/flashgate/bench"
 )
 
-// costBaselines measures every baseline of one run.
+// costBaselines measures the bare handler after a run's sale, placed as
+// its gateway was: as fast as it answers, and at the sale's request rate.
 func (s *suite) costBaselines(ctx context.Context, r *costRun) error {
 	var err error
-	if r.bare, r.bareClient, err = s.costBare(ctx, 0); err != nil {
+	if r.bare, r.bareClient, err = s.costBare(ctx, 0, r.place.server); err != nil {
 		return fmt.Errorf("bare handler: %w", err)
 	}
-	if r.bareAtRate, _, err = s.costBare(ctx, r.loadRate); err != nil {
+	if r.bareAtRate, _, err = s.costBare(ctx, r.loadRate, r.place.server); err != nil {
 		return fmt.Errorf("bare handler at the sale's rate: %w", err)
 	}
-	if r.broker, r.brokerPub, err = s.costBroker(ctx); err != nil {
+	return nil
+}
+
+// costShared measures the shared servers' baselines of one round.
+func (s *suite) costShared(ctx context.Context, b *sharedBase) error {
+	var err error
+	if b.broker, b.brokerPub, err = s.costBroker(ctx); err != nil {
 		return fmt.Errorf("RabbitMQ alone: %w", err)
 	}
-	if r.mariadb, err = s.costMariaDB(ctx); err != nil {
+	if b.mariadb, err = s.costMariaDB(ctx); err != nil {
 		return fmt.Errorf("MariaDB alone: %w", err)
 	}
-	if r.lean, err = s.costLean(ctx); err != nil {
+	if b.lean, err = s.costLean(ctx); err != nil {
 		return fmt.Errorf("lean reserve script: %w", err)
 	}
 	return nil
 }
 
+// costBareDur is how long each bare baseline of the cost part loads the
+// handler: -duration, at most 3 s (a few hundred thousand requests
+// closed loop, a hundred thousand at a sale's pace: the clock tick is
+// well under 1% of either).
+func costBareDur(dur time.Duration) time.Duration { return min(dur, 3*time.Second) }
+
 // costBare is the bare fasthttp handler's CPU per request, and the load
-// client's against it, placed as the sale's gateway was: as fast as it
+// client's against it, on cpu as the sale's gateway was: as fast as it
 // answers (rate 0, closed loop), or at rate requests/s on a fixed schedule,
 // the sale's own pace. At a sale's pace a server idles between requests
 // and pays a wake-up per request (epoll, the scheduler, the reply's
 // write waking an idle client), which a server kept busy shares among many:
 // the same handler then costs twice or more per request.
-func (s *suite) costBare(ctx context.Context, rate float64) (server, client float64, err error) {
-	p, url, err := s.startBare(ctx, "accepted", cpuEvery, "cost-bare")
+func (s *suite) costBare(ctx context.Context, rate float64, cpu string) (server, client float64, err error) {
+	p, url, err := s.startBare(ctx, "accepted", cpu, "cost-bare")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -62,7 +75,7 @@ func (s *suite) costBare(ctx context.Context, rate float64) (server, client floa
 	if err != nil {
 		return 0, 0, err
 	}
-	rep, err := bench.Run(ctx, bench.Options{URL: url, Raw: true, Conns: s.o.conns, Duration: s.o.dur,
+	rep, err := bench.Run(ctx, bench.Options{URL: url, Raw: true, Conns: s.o.conns, Duration: costBareDur(s.o.dur),
 		Users: 1_000_000_000, Stock: 1, NoKeys: true, Rate: rate})
 	if err != nil {
 		return 0, 0, err

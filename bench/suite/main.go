@@ -43,6 +43,8 @@ type options struct {
 	skipFO     bool
 
 	costOrders, costRuns, costConsumers int
+	costPlacements                      string // comma-separated: pinned, unpinned
+	costBefore, costAfter               string // flashgate binaries of the paired mode (costpair.go)
 	bucketRuns, bucketConns             int
 	bucketStock                         int64
 	zeroLossRuns                        int
@@ -65,9 +67,12 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.skipPipe, "skip-pipeline", false, "skip the pipeline measurements")
 	fs.StringVar(&o.only, "only", "", "run one part alone: "+partList())
 	fs.IntVar(&o.drainRuns, "drain-runs", 3, "runs of each consumer-drain measurement (1, 2 and 4 consumers, outbox and pre-filled queue); the report gives medians")
-	fs.IntVar(&o.costOrders, "cost-orders", 100_000, "orders of each cost-per-order flash sale")
-	fs.IntVar(&o.costRuns, "cost-runs", 3, "cost-per-order runs (a sale and every baseline each); the report gives medians")
-	fs.IntVar(&o.costConsumers, "cost-consumers", 1, "consumers of the cost-per-order flash sale")
+	fs.IntVar(&o.costOrders, "cost-orders", 150_000, "orders of each cost-per-order flash sale")
+	fs.IntVar(&o.costRuns, "cost-runs", 3, "cost-per-order runs of each placement (a sale and its baselines each; with -cost-before, pairs of runs); the report gives medians and min–max")
+	fs.IntVar(&o.costConsumers, "cost-consumers", 2, "consumers of the cost-per-order flash sale")
+	fs.StringVar(&o.costPlacements, "cost-placements", "pinned,unpinned", "placements of the cost-per-order runs, comma-separated: pinned (gateway, consumers and the bare handler on CPU 0, the load on CPU 1), unpinned (every process on every CPU)")
+	fs.StringVar(&o.costBefore, "cost-before", "", "paired before/after mode of the cost part: the flashgate binary before a change; its runs alternate with -cost-after's and the report gives each stage's after ÷ before")
+	fs.StringVar(&o.costAfter, "cost-after", "", "with -cost-before: the flashgate binary after the change (default: this tree's, as the suite builds it)")
 	fs.BoolVar(&o.skipCost, "skip-cost", false, "skip the cost-per-order measurement")
 	fs.IntVar(&o.bucketRuns, "buckets-runs", 3, "rounds of the buckets measurement (each one sale of K = 1 and one of K = 3, in alternating order); the report gives medians")
 	fs.IntVar(&o.bucketConns, "buckets-conns", 256, "connections of the hot sale's load in the buckets measurement (its targets are judged on it); the -conns load is measured besides")

@@ -45,7 +45,7 @@ func TestOptionDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{out: "docs/benchmarks.md", dur: 5 * time.Second, conns: 64, orders: 20000, drainRuns: 3,
-		costOrders: 100_000, costRuns: 3, costConsumers: 1, bucketRuns: 3, bucketConns: 256, bucketStock: 1_000_000,
+		costOrders: 150_000, costRuns: 3, costConsumers: 2, costPlacements: "pinned,unpinned", bucketRuns: 3, bucketConns: 256, bucketStock: 1_000_000,
 		zeroLossRuns: 2, scaleSales: 10000, scaleFiller: 1_000_000, scaleIdle: 30 * time.Second, roomRuns: 3, roomUsers: 5000,
 		replicatedRuns: 3, failoverRuns: 2}
 	if o != want {

@@ -20,7 +20,8 @@ import (
 	"github.com/flashgate/flashgate/bench"
 )
 
-// pictureName is the main run's SVG, written next to the report.
+// pictureName is the cost part's picture sale's SVG, written next to the
+// report.
 const pictureName = "bench-sale.svg"
 
 // row is one line of the report's main table.
@@ -69,7 +70,8 @@ func (s *suite) write(path string, took time.Duration) error {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), host, machineCPUs(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second))
 	fmt.Fprintf(&b, "Every figure below is compared with a baseline measured in the same run by the same client "+
 		"(`flashgate bench`'s load generator, %d keep-alive connections, %v per measurement, closed loop unless noted). "+
-		"Servers are pinned to CPU 0 and the client to CPU 1 when `taskset` exists. Absolute numbers move with the "+
+		"Servers are pinned to CPU 0 and the client to CPU 1 when `taskset` exists, unless a section says otherwise "+
+		"(the cost per order runs both pinned and unpinned). Absolute numbers move with the "+
 		"machine's other load; the ratios are what the targets are about.\n\n", s.o.conns, s.o.dur)
 	b.WriteString("| group | measurement | value | p50 | p99 | ratio to baseline | target |\n| --- | --- | ---: | ---: | ---: | ---: | --- |\n")
 	for _, r := range s.rows {
@@ -94,15 +96,6 @@ func (s *suite) write(path string, took time.Duration) error {
 			b.WriteString("- " + n + "\n")
 		}
 	}
-	if s.picture != nil {
-		if err := s.writePicture(filepath.Join(filepath.Dir(path), pictureName)); err != nil {
-			return err
-		}
-		b.WriteString("\n## The main run over time\n\n" +
-			"The gateway with batching on, one hot sale (the relay has no broker, so the outbox only grows), " +
-			"second by second, as `flashgate bench --svg` draws it:\n\n" +
-			"![buys and latency per second and the outbox backlog of the main run](" + pictureName + ")\n")
-	}
 	if len(s.beside) > 0 {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
@@ -118,14 +111,33 @@ func (s *suite) write(path string, took time.Duration) error {
 		}
 	}
 	sec := s.sections
-	b.WriteString(sec.cost + sec.buckets + sec.room + sec.replicated + sec.failover)
+	b.WriteString(sec.cost)
+	if s.picture != nil {
+		if err := s.writePicture(filepath.Join(filepath.Dir(path), pictureName)); err != nil {
+			return err
+		}
+		p := s.picture
+		fmt.Fprintf(&b, "\n## The cost sale over time\n\n"+
+			"A whole sale: the cost part's (see [Cost per order](#cost-per-order)) once more, %d units for %d buyers on %d connections, "+
+			"the crowd kept on after the last unit (stopped by %s, %v after the sell-out) as a real crowd is. Answers per second by the time they came "+
+			"(the 202s, then the 410 sold_out answers after the last unit), their latency, the outbox backlog the relays drain and the sale's rows in MySQL "+
+			"catching up (the admin API's outbox_pending and `SELECT COUNT(*)` of the sale's orders, read every %v), on one time axis; "+
+			"the dashed lines are the sell-out (the last unit's 202 or the first sold_out, whichever came first) and the moment every order was in MySQL:\n\n"+
+			"![answers per second, latency, outbox backlog and rows in MySQL of one cost sale](%s)\n",
+			p.Stock, p.Users, p.Conns, p.StoppedBy, pictureTail, pictureSampling, pictureName)
+	}
+	b.WriteString(sec.buckets + sec.room + sec.replicated + sec.failover)
 	if sec.scale != "" {
 		b.WriteString("\n" + sec.scale)
 	}
 	if sec.goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + sec.goBench + "\n```\n")
 	}
-	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services and Graphviz, then this suite; rewrites docs/benchmarks.md and its pictures\n```\n")
+	b.WriteString("\n## How to reproduce\n\n```sh\nmake bench          # services and Graphviz, then this suite; rewrites docs/benchmarks.md and its pictures\n" +
+		"go build -o .run/bench/suite ./bench/suite\n" +
+		".run/bench/suite -only cost -out /tmp/cost.md                                      # the cost part alone, pinned and unpinned\n" +
+		".run/bench/suite -only cost -out /tmp/cost.md -cost-before OLD-BINARY -cost-runs 5  # a change: before and after, in pairs\n```\n\n" +
+		"[How to measure a change](development.md#how-to-measure-a-change) says how to build the binary before a change and read the pairs.\n")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -136,7 +148,7 @@ func (s *suite) write(path string, took time.Duration) error {
 func (s *suite) writePicture(path string) error {
 	var b bytes.Buffer
 	if err := s.picture.WriteSVG(&b); err != nil {
-		return fmt.Errorf("picture of the main run: %w", err)
+		return fmt.Errorf("picture of the cost sale: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

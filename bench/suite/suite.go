@@ -59,9 +59,13 @@ type suite struct {
 	rows     []*row
 	notes    []string
 	sections sections
-	// picture is the main run (batching on, one hot sale), drawn beside
-	// the report (pictureName); nil when it was not measured.
+	// picture is the cost part's picture sale (a whole sale, to its
+	// last row in MySQL), drawn beside the report (pictureName); nil when
+	// it was not measured.
 	picture *bench.Report
+	// peak is the buy part's main run (batching on, one hot sale), whose
+	// rate the tail part halves; nil when it was not measured.
+	peak *bench.Report
 	// Rows that later parts are held to: the buy path with batching on,
 	// the sold-out path (both with buyer authentication off).
 	buyRow, soldOutRow *row
@@ -113,6 +117,7 @@ const (
 // bare server.
 type proc struct {
 	log    string   // its log, .run/bench/LOG.log
+	bin    string   // the flashgate binary; "": the suite's (build)
 	args   []string // the role and its flags
 	env    []string // after the suite's (gatewayEnv)
 	cpu    string   // cpuServer, cpuEvery or cpuAny
@@ -128,7 +133,11 @@ type proc struct {
 // environment: free listeners, a key prefix, the local services, quiet
 // logs. It returns once the process is ready; stopAll stops it too.
 func (s *suite) launch(ctx context.Context, p proc) (*localstack.Process, error) {
-	o := localstack.LaunchOptions{Name: p.log, Bin: s.bin, Args: p.args, StopWait: 30 * time.Second,
+	bin := s.bin
+	if p.bin != "" {
+		bin = p.bin
+	}
+	o := localstack.LaunchOptions{Name: p.log, Bin: bin, Args: p.args, StopWait: 30 * time.Second,
 		Env: append([]string{"FLASHGATE_REDIS_ADDRS=" + s.svc.redis, "FLASHGATE_AMQP_URL=" + s.svc.amqp,
 			"FLASHGATE_REDIS_KEY_PREFIX=" + p.prefix, "FLASHGATE_LOG_LEVEL=error", "FLASHGATE_DRAIN_DELAY=0s"}, p.env...)}
 	if len(p.args) > 0 && p.args[0] == "gateway" {
