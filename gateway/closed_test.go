@@ -152,3 +152,37 @@ func TestAdmissionControl(t *testing.T) {
 		t.Errorf("sold %d, accepted %d", sold, ok)
 	}
 }
+
+// A gateway learns a sale is sold out from the call that left it no unit,
+// whatever that call answered: the buy that took the last unit (202), and
+// a buyer back at the limit, whom Redis tells limit_reached before
+// sold_out. The crowd after them is then answered from memory.
+func TestSoldOutRememberedFromTheLastCall(t *testing.T) {
+	g := startGateway(t, func(c *config.Config) { c.Cache.ClosedTTL = time.Minute })
+	e0 := g.srv.closed.epoch.Load()
+	g.mustSale("last", `{"stock":1,"per_user_limit":1}`)
+	// The creation is announced; an announcement heard during a call
+	// keeps that call's answer from being remembered.
+	localstack.WaitFor(t, 20*time.Second, "the sale's creation announced", func() bool { return g.srv.closed.epoch.Load() != e0 })
+	if r := g.buy("last", "u1", 1, ""); r.code != 202 {
+		t.Fatalf("buy of the last unit: %d %s", r.code, r.raw)
+	}
+	if err := g.srv.closed.get([]byte("last"), time.Now()); !errors.Is(err, sale.ErrSoldOut) {
+		t.Fatalf("after the buy of the last unit the gateway remembers %v, want sold out", err)
+	}
+	calls := g.loader.Stats().Calls
+	if r := g.buy("last", "u2", 1, ""); r.code != 410 || r.status() != "sold_out" {
+		t.Errorf("the next buyer: %d %s, want 410 sold_out from memory", r.code, r.raw)
+	}
+	if n := g.loader.Stats().Calls - calls; n != 0 {
+		t.Errorf("%d script calls for a buy after the last unit, want 0", n)
+	}
+
+	g.srv.closed.forget("last") // as when the memory's TTL has passed
+	if r := g.buy("last", "u1", 1, ""); r.code != 409 || r.status() != "limit_reached" {
+		t.Fatalf("the buyer back at the limit: %d %s, want Redis's 409 limit_reached", r.code, r.raw)
+	}
+	if err := g.srv.closed.get([]byte("last"), time.Now()); !errors.Is(err, sale.ErrSoldOut) {
+		t.Errorf("after a buyer at the limit the gateway remembers %v, want sold out", err)
+	}
+}

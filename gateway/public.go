@@ -210,10 +210,24 @@ func (s *Server) buy(ctx *fasthttp.RequestCtx, saleB []byte, buyer string, now t
 			return write(ctx, unconfirmed(res.OrderID))
 		}
 		s.closed.remember(saleID, res.Err, epoch, now)
+		s.rememberSoldOut(saleID, res, epoch, now)
 		return write(ctx, replyFor(res.Err))
 	}
+	s.rememberSoldOut(saleID, res, epoch, now)
 	writeAccepted(ctx, res.OrderID, saleID, user, req.quantity, res.PayBy) // orderview.go
 	return "accepted"
+}
+
+// rememberSoldOut remembers a sale sold out when the call that decided res
+// left it no unit, whatever res's own answer: the buy that took the last
+// unit, or a buyer at the limit (whom Redis tells limit_reached before
+// sold_out), so that the crowd after the sell-out is answered from memory
+// without one more call, and a crowd of buyers back at their limit keeps
+// the memory fresh.
+func (s *Server) rememberSoldOut(saleID string, res sale.Result, epoch uint64, now time.Time) {
+	if res.SoldOut {
+		s.closed.remember(saleID, sale.ErrSoldOut, epoch, now)
+	}
 }
 
 func writeRateLimited(ctx *fasthttp.RequestCtx) string {

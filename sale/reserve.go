@@ -44,6 +44,11 @@ type Result struct {
 	OrderID string
 	PayBy   int64
 	Err     error
+	// SoldOut reports that the sale, open, had no unit left after the call
+	// that decided this reservation, whatever the reservation's own
+	// outcome (a buyer at the limit, the last unit taken). Known only of a
+	// sale of one bucket: a bucket's last unit is not the sale's.
+	SoldOut bool
 }
 
 // Reserve applies rs on id (a sale, or one of its buckets) and writes one
@@ -123,7 +128,7 @@ func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation
 	wrote, held := false, false
 	for i := range rs {
 		o := r.At(i)
-		res := Result{OrderID: o.OrderID, PayBy: o.PayBy, Err: outcome(o.Code)}
+		res := Result{OrderID: o.OrderID, PayBy: o.PayBy, Err: outcome(o.Code), SoldOut: r.Left == 0 && id == sale}
 		switch {
 		case res.Err == nil && unconfirmed:
 			res.Err = ErrUnconfirmed // made on the primary; its buyer hears 503 unconfirmed with the order id

@@ -55,8 +55,15 @@ type Reserved struct {
 }
 
 // ReserveReply is the reserve script's reply: one Reserved per reservation
-// sent, in the order sent. The zero value has no reservation.
-type ReserveReply struct{ rs []Reserved }
+// sent, in the order sent, and the units the sale has left. The zero value
+// has no reservation.
+type ReserveReply struct {
+	rs []Reserved
+	// Left is the units the sale had left after the call, while it is
+	// open; -1 when it is not open or the call did not know (a held sale,
+	// the home slot of a sale of several buckets). 0: sold out.
+	Left int64
+}
 
 // Len is the number of reservations.
 func (r ReserveReply) Len() int { return len(r.rs) }
@@ -64,16 +71,22 @@ func (r ReserveReply) Len() int { return len(r.rs) }
 // At is the outcome of reservation i; it panics unless 0 ≤ i < Len().
 func (r ReserveReply) At(i int) Reserved { return r.rs[i] }
 
-// decodeReserve reads the reply to n reservations: one string of n lines,
-// each ending in a newline, of three tab-separated fields: an integer code,
-// the order id (never empty with CodeOK) and the pay_by (an integer, 0 or
-// more). A reply of any other shape or length is an error: a reply misread
-// must never read as accepted. The order ids are substrings of the reply,
-// so a batch's decoding allocates one slice, whatever its size.
+// decodeReserve reads the reply to n reservations: one string of lines,
+// each ending in a newline: the units left (an integer, -1 or more), then
+// n lines of three tab-separated fields: an integer code, the order id
+// (never empty with CodeOK) and the pay_by (an integer, 0 or more). A reply
+// of any other shape or length is an error: a reply misread must never
+// read as accepted. The order ids are substrings of the reply, so a
+// batch's decoding allocates one slice, whatever its size.
 func decodeReserve(v any, n int) (ReserveReply, error) {
 	s, ok := v.(string)
 	if !ok {
 		return ReserveReply{}, fmt.Errorf("reply is %T, want a string", v)
+	}
+	first, s, ok := strings.Cut(s, "\n")
+	left, err := strconv.ParseInt(first, 10, 64)
+	if !ok || err != nil || left < -1 {
+		return ReserveReply{}, fmt.Errorf("reply's first line is %q, want the units left", first)
 	}
 	rs := make([]Reserved, n)
 	for i := range rs {
@@ -102,7 +115,7 @@ func decodeReserve(v any, n int) (ReserveReply, error) {
 	if s != "" {
 		return ReserveReply{}, fmt.Errorf("reply has more than %d lines", n)
 	}
-	return ReserveReply{rs: rs}, nil
+	return ReserveReply{rs: rs, Left: left}, nil
 }
 
 // cut3 splits a line of exactly three tab-separated fields.

@@ -21,27 +21,31 @@ func TestDecodeReserve(t *testing.T) {
 		n     int        // reservations sent
 		want  []Reserved // nil: the reply is refused
 	}{
-		{"accepted and sold out", "0\to1\t0\n6\t\t0\n", 2, []Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}}},
-		{"accepted with a pay_by", "0\to1\t1735689600123\n", 1, []Reserved{{OrderID: "o1", PayBy: 1735689600123}}},
-		{"accepted, sold out, pending", "0\to1\t0\n6\t\t0\n0\to2\t99\n", 3,
+		{"accepted and sold out", "0\n0\to1\t0\n6\t\t0\n", 2, []Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}}},
+		{"accepted with a pay_by", "3\n0\to1\t1735689600123\n", 1, []Reserved{{OrderID: "o1", PayBy: 1735689600123}}},
+		{"accepted, sold out, pending", "3\n0\to1\t0\n6\t\t0\n0\to2\t99\n", 3,
 			[]Reserved{{OrderID: "o1"}, {Code: CodeSoldOut}, {OrderID: "o2", PayBy: 99}}},
-		{"limit reached", "5\t\t0\n", 1, []Reserved{{Code: CodeLimitReached}}},
+		{"limit reached", "3\n5\t\t0\n", 1, []Reserved{{Code: CodeLimitReached}}},
 		// The shape is right; what the code means is the caller's.
-		{"unknown code", "99\t\t0\n", 1, []Reserved{{Code: 99}}},
-		{"order id collision", "9\to1\t0\n", 1, []Reserved{{Code: CodeOrderIDCollision, OrderID: "o1"}}},
-		{"no reservation", "", 0, []Reserved{}},
-		{"code not a number", "ok\to1\t0\n", 1, nil},
-		{"code empty", "\to1\t0\n", 1, nil},
-		{"second code not a number", "0\to1\t0\nsix\t\t0\n", 2, nil},
-		{"accepted without an order id", "0\t\t0\n", 1, nil},
-		{"pay_by not a number", "0\to1\tsoon\n", 1, nil},
-		{"pay_by negative", "0\to1\t-1\n", 1, nil},
-		{"a fourth field", "0\to1\t0\t0\n", 1, nil},
-		{"two fields", "0\to1\n", 1, nil},
-		{"no final newline", "0\to1\t0", 1, nil},
-		{"short", "0\to1\t0\n", 2, nil},
+		{"unknown code", "3\n99\t\t0\n", 1, []Reserved{{Code: 99}}},
+		{"order id collision", "3\n9\to1\t0\n", 1, []Reserved{{Code: CodeOrderIDCollision, OrderID: "o1"}}},
+		{"no reservation", "-1\n", 0, []Reserved{}},
+		{"units left unknown", "-1\n5\t\t0\n", 1, []Reserved{{Code: CodeLimitReached}}},
+		{"no units left line", "0\to1\t0\n", 1, nil},
+		{"units left below -1", "-2\n0\to1\t0\n", 1, nil},
+		{"units left not a number", "many\n0\to1\t0\n", 1, nil},
+		{"code not a number", "3\nok\to1\t0\n", 1, nil},
+		{"code empty", "3\n\to1\t0\n", 1, nil},
+		{"second code not a number", "3\n0\to1\t0\nsix\t\t0\n", 2, nil},
+		{"accepted without an order id", "3\n0\t\t0\n", 1, nil},
+		{"pay_by not a number", "3\n0\to1\tsoon\n", 1, nil},
+		{"pay_by negative", "3\n0\to1\t-1\n", 1, nil},
+		{"a fourth field", "3\n0\to1\t0\t0\n", 1, nil},
+		{"two fields", "3\n0\to1\n", 1, nil},
+		{"no final newline", "3\n0\to1\t0", 1, nil},
+		{"short", "3\n0\to1\t0\n", 2, nil},
 		{"empty", "", 1, nil},
-		{"long", "0\to1\t0\n0\to2\t0\n", 1, nil},
+		{"long", "3\n0\to1\t0\n0\to2\t0\n", 1, nil},
 		{"the old form, an array", []any{int64(0), "o1", int64(0)}, 1, nil},
 		{"an integer", int64(0), 1, nil},
 		{"nil", nil, 1, nil},
@@ -73,12 +77,23 @@ func TestDecodeReserve(t *testing.T) {
 	}
 }
 
+// The reply's first line is the units the sale has left, -1 for unknown.
+func TestDecodeReserveLeft(t *testing.T) {
+	for reply, want := range map[string]int64{"0\n6\t\t0\n": 0, "-1\n6\t\t0\n": -1, "12\n0\to1\t0\n": 12} {
+		r, err := decodeReserve(reply, 1)
+		if err != nil || r.Left != want {
+			t.Errorf("decodeReserve(%q) = left %d, %v; want %d", reply, r.Left, err, want)
+		}
+	}
+}
+
 // The reserve reply is decoded per batch on the buy path: reading it
 // allocates one slice, whatever the batch's size (the order ids are the
 // reply's own bytes).
 func TestDecodeReserveAllocs(t *testing.T) {
 	for _, n := range []int{1, 3, 200} {
 		var reply strings.Builder
+		reply.WriteString("7\n")
 		for i := range n {
 			fmt.Fprintf(&reply, "0\to%d\t%d\n", i, 1735689600123+i)
 		}

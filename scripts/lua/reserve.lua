@@ -37,11 +37,16 @@
 -- Redis restarted or failed over since the sale was last checked against
 -- MySQL) every reservation answers REPAIRING and nothing changes.
 --
--- Returns one string, a line per reservation in the order sent, each ending
--- in a newline, of three tab-separated fields: an outcome code, the order
--- id (empty for a refusal) and the order's pay_by in Unix ms (0 for none,
--- and for a refusal). One bulk string rather than three values per
--- reservation: the caller reads it without a value of its own per field.
+-- Returns one string of lines, each ending in a newline: first the units
+-- the sale has left after the call, when it is open (-1 when it is not, or
+-- the call does not know: a held sale, the home slot of a sale of several
+-- buckets), so that a gateway learns a sale is sold out also from a call
+-- whose buyers were all at their limit, or that took the last unit; then
+-- a line per reservation in the order sent, of three tab-separated
+-- fields: an outcome code, the order id (empty for a refusal) and the
+-- order's pay_by in Unix ms (0 for none, and for a refusal). One bulk
+-- string rather than three values per reservation: the caller reads it
+-- without a value of its own per field.
 --
 -- An Idempotency-Key costs one command: a reservation that would be
 -- accepted writes its key with SET NX GET, which finds a first answer
@@ -126,6 +131,7 @@ if m[9] == '1' or (tonumber(m[10]) or 1) > 1 then
   if m[9] ~= '1' then c = BUCKETED end
   local gone = c == REPAIRING and stock - sold <= 0 and not (starts > 0 and now < starts)
     and not (ends > 0 and now >= ends) and not locked
+  out[1] = '-1\n'
   for i = 1, #rsv, 4 do
     if gone and rsv[i + 3] == 0 then out[#out + 1] = SOLD_OUT .. '\t\t0\n' else out[#out + 1] = c .. '\t\t0\n' end
   end
@@ -285,4 +291,8 @@ end
 if replayed and sold == sold0 then
   redis.call('HSET', KEYS[1], 'seq', seq)
 end
-return table.concat(out)
+local left = -1
+if exists and not (starts > 0 and now < starts) and not (ends > 0 and now >= ends) and not locked then
+  left = math.max(stock - sold, 0)
+end
+return left .. '\n' .. table.concat(out)
