@@ -23,6 +23,12 @@ import (
 // steady state.
 const trickleWarm = 6 * time.Second
 
+// quietRate is the Redis commands a second under which the stack counts as
+// idle between two windows (the scan of 10,000 sales and the gateway's
+// timers are a few hundred): a window must not pay for the one before
+// (a relay still busy with the sales that sold a moment ago).
+const quietRate = 1000
+
 // trickleWindow is one window of paced buys, as counted.
 type trickleWindow struct {
 	orders   int64   // 202s within the window
@@ -92,8 +98,8 @@ func (s *suite) measureTrickle(ctx context.Context) error {
 	fmt.Fprintf(&b, "## A shop's trickle: %d sales each selling now and then\n\n", len(names))
 	fmt.Fprintf(&b, "One redis-server of its own (appendonly, everysec), one gateway (its relay), one consumer, MariaDB. Paced buys, %d a second in all, one unit each by a buyer of its own: "+
 		"round-robin over %d sales (each an order every %.0f s), or all into one hot sale. Each window counts the 202s and Redis's commands (`CONFIG RESETSTAT` after %v of load, `INFO commandstats` %v later, every command but the suite's `CONFIG` and `INFO`: the scripts' `redis.call`s count), "+
-		"the trickle and the hot sale in alternating order, %d round(s), medians with the range in brackets. `.run/bench/suite -only trickle`.\n\n",
-		s.o.trickleRate, len(names), float64(len(names))/float64(s.o.trickleRate), trickleWarm, window, len(rounds))
+		"each window once Redis is quiet again (under %d commands in a second), the trickle and the hot sale in alternating order, %d round(s), medians with the range in brackets. `.run/bench/suite -only trickle`.\n\n",
+		s.o.trickleRate, len(names), float64(len(names))/float64(s.o.trickleRate), trickleWarm, window, quietRate, len(rounds))
 	b.WriteString("| figure | value | target |\n| --- | ---: | --- |\n")
 	fmt.Fprintf(&b, "| one hot sale: Redis commands per order | %s |  |\n", spread(hc, hl, hh, "%.2f"))
 	fmt.Fprintf(&b, "| %d sales trickling: Redis commands per order | %s |  |\n", len(names), spread(mc, ml, mh, "%.2f"))
@@ -123,6 +129,10 @@ func (st *scaleStack) trickle(ctx context.Context, sales []string, prefix string
 		tick    = 10 * time.Millisecond
 		workers = 64
 	)
+	var w trickleWindow
+	if err := st.quiet(ctx, time.Minute); err != nil {
+		return w, err
+	}
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	// The pacer hands each worker one buy at a time: a buy it cannot hand
@@ -168,7 +178,6 @@ func (st *scaleStack) trickle(ctx context.Context, sales []string, prefix string
 			}
 		}
 	})
-	var w trickleWindow
 	err := sleepCtx(ctx, trickleWarm)
 	if err == nil {
 		err = st.rdb.ConfigResetStat(ctx).Err()
@@ -223,4 +232,40 @@ func (st *scaleStack) trickle(ctx context.Context, sales []string, prefix string
 	}
 	w.each = strings.Join(each, ", ")
 	return w, nil
+}
+
+// quiet waits until Redis runs fewer than quietRate commands in a second
+// (the suite's own aside), for at most bound.
+func (st *scaleStack) quiet(ctx context.Context, bound time.Duration) error {
+	total := func() (float64, error) {
+		info, err := st.rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, err
+		}
+		n := 0.0
+		for name, c := range parseCommandStats(info, 1) {
+			if name != "CONFIG" && name != "INFO" {
+				n += c.calls
+			}
+		}
+		return n, nil
+	}
+	deadline := time.Now().Add(bound)
+	last, err := total()
+	for err == nil {
+		if err = sleepCtx(ctx, time.Second); err != nil {
+			break
+		}
+		var now float64
+		if now, err = total(); err == nil {
+			if now-last < quietRate {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the stack's Redis still ran %.0f commands a second %v after the last window", now-last, bound)
+			}
+			last = now
+		}
+	}
+	return err
 }
