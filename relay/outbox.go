@@ -101,13 +101,13 @@ func (o *outbox) failed(s *sale, now time.Time) {
 	o.ss.failed(s)
 }
 
-// ensureGroups creates the consumer group of each sale in sales that has
-// none known, in one pipeline (MKSTREAM: an outbox noticed but gone is
-// created empty, rather than failing every read; BUSYGROUP: the group
-// exists already, another relay made it).
-// A group is created just before its outbox is first read, so a sale
-// nobody buys from has none. It returns the sales whose group is known;
-// the others are read again at the next poll.
+// ensureGroups creates the consumer group of each sale in sales whose
+// read or claim answered NOGROUP (sale.ready), in one pipeline (MKSTREAM:
+// an outbox noticed but gone is created empty, rather than failing every
+// read; BUSYGROUP: the group exists already, another relay made it).
+// A group is created when its outbox is first read, so a sale nobody buys
+// from has none. It returns the sales whose group is taken to exist; the
+// others are read again at the next poll.
 func (o *outbox) ensureGroups(ctx context.Context, sales []*sale, now time.Time) []*sale {
 	var cmds []*redis.StatusCmd
 	var news []*sale
@@ -258,7 +258,8 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 		}
 		if err != nil {
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				// The stream was deleted: create it again, at once.
+				// No group yet (the sale's first read), or the stream
+				// was deleted: create it, and read again at once.
 				s.ready = false
 				o.ss.setHot(s, true, now)
 				continue

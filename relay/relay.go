@@ -29,7 +29,7 @@
 // outboxes it wrote (Wrote); those are read at once, and again at once
 // while a read comes back full, and then cost nothing until the next
 // notice: no outbox is polled for lack of news. A consumer group is
-// created just before an outbox is first read. What the notices miss (a
+// created when an outbox is first read (the read says there is none). What the notices miss (a
 // dead gateway's entries, another process's writes, what is there at
 // start, a notice lost with a restart) a scan of the registry of sales
 // finds: one walk at start as fast as Redis answers, then one walk every

@@ -29,7 +29,13 @@ type sale struct {
 	held      int
 	heldSince time.Time
 	hotSince  time.Time // when hot was last set
-	ready     bool      // its consumer group is known to exist
+	// ready: its consumer group is taken to exist, until a read or a
+	// claim answers NOGROUP. A sale's group is made once in its life, and
+	// most sales the relay meets have one (it comes back to them, and
+	// forgets them between their orders): so it reads at once, and makes
+	// the group when the read says there is none, rather than paying an
+	// XGROUP CREATE each time it meets a sale again.
+	ready bool
 	hot       bool      // to be read at the next read
 	retry     bool      // to be read at the next poll: its read or group creation failed
 	claimFrom string    // XAUTOCLAIM cursor
@@ -74,7 +80,7 @@ func newSales(activeFor time.Duration) *sales {
 func (ss *sales) get(id string) *sale {
 	s, ok := ss.m[id]
 	if !ok {
-		s = &sale{id: id}
+		s = &sale{id: id, ready: true}
 		ss.m[id] = s
 		ss.list = append(ss.list, s)
 	}
