@@ -35,10 +35,10 @@ type sale struct {
 	// forgets them between their orders): so it reads at once, and makes
 	// the group when the read says there is none, rather than paying an
 	// XGROUP CREATE each time it meets a sale again.
-	ready bool
-	hot       bool      // to be read at the next read
-	retry     bool      // to be read at the next poll: its read or group creation failed
-	claimFrom string    // XAUTOCLAIM cursor
+	ready     bool
+	hot       bool   // to be read at the next read
+	retry     bool   // to be read at the next poll: its read or group creation failed
+	claimFrom string // XAUTOCLAIM cursor
 }
 
 // lookDue reports whether the outbox is to be looked at (its length and
