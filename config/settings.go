@@ -249,7 +249,7 @@ var settings = []setting{
 		func(c *Config) *int { return &c.Relay.MaxInFlight }),
 	durSetting("FLASHGATE_RELAY_CLAIM_AFTER", "relay.claim_after", "15s", "outbox entries pending longer (a dead relay's) are claimed by another", 100*time.Millisecond, time.Hour,
 		func(c *Config) *time.Duration { return &c.Relay.ClaimAfter }),
-	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "longest wait of the relay for new outbox entries", time.Millisecond, time.Minute,
+	durSetting("FLASHGATE_RELAY_POLL", "relay.poll", "100ms", "how soon the relay reads again an outbox whose read failed (it reads an outbox when told of a write to it, not on a timer)", time.Millisecond, time.Minute,
 		func(c *Config) *time.Duration { return &c.Relay.Poll }),
 	durSetting("FLASHGATE_RELAY_LINGER", "relay.linger", "5ms", "after a read of the outbox that found orders, the relay waits this long before reading again, so that one read and one message carry the orders of many buys (a read that came back full is followed at once; the first order after a quiet spell is read at once); 0: read after every write", 0, time.Second,
 		func(c *Config) *time.Duration { return &c.Relay.Linger }),

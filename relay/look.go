@@ -13,12 +13,15 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// looker looks at the outboxes the relay works on (sales): each one's
-// length and the age of its oldest entry, every refreshEvery. Those it
-// sees with entries stay active; what it sees is what Stats and
-// WriteMetrics show. Its Redis calls grow with the active outboxes, never
-// with the sales in the registry (the scan, scan.go, pays for those). It
-// is owned by Run's goroutine; only its error count is read elsewhere.
+// looker looks at the outboxes the relay works on (sales) that are due for
+// a look (sale.lookDue: seen with entries, a failed read, entries held or
+// a read owed for a second): each one's length and the age of its oldest
+// entry, every refreshEvery. Those it sees with entries stay active, and
+// are read when they hold more than the relay does; what it sees is what
+// Stats and WriteMetrics show. Its Redis calls grow with the outboxes that
+// hold entries, never with the sales in the registry (the scan, scan.go,
+// pays for those) nor with those written to lately. It is owned by Run's
+// goroutine; only its error count is read elsewhere.
 type looker struct {
 	rdb  redis.UniversalClient
 	keys scripts.Keys
@@ -30,13 +33,13 @@ type looker struct {
 // no reply buffer grows with the number of sales.
 const lookChunk = 500
 
-// look reads the length of every outbox in ss, then the oldest entry of
+// look reads the length of every outbox of ss due for a look, then the oldest entry of
 // those that have one (its id is the Redis time of its XADD, in ms), each
 // round pipelined in chunks of lookChunk, and records them in ss. On an
 // error it returns it, having recorded the lengths when only the second
 // round failed. It blocks until then or ctx ends.
 func (l *looker) look(ctx context.Context, ss *sales, now time.Time) error {
-	ids := ss.ids()
+	ids := ss.toLook(now)
 	if len(ids) == 0 {
 		return nil
 	}

@@ -31,10 +31,13 @@ const maxSaleSeries = 500
 // for which.
 //
 // It makes no Redis call: it writes what the relay last knew, so that a
-// scrape costs nothing however many sales exist. The active outboxes are
-// known as of the last second; an outbox with entries that nobody told
-// this relay of (another gateway's, a dead one's) is counted once the scan
-// of the registry has found it, within Deps.ScanEvery. So the totals are
+// scrape costs nothing however many sales exist. An outbox this relay was
+// told of is looked at once its entries have waited a second (held
+// unconfirmed, or unread), and every second while it has entries: entries
+// relayed within a second are never counted, a backlog is within two
+// seconds; an outbox with entries that nobody told this relay of (another
+// gateway's, a dead one's) is counted once the scan of the registry has
+// found it, within Deps.ScanEvery. So the totals are
 // those of every outbox within a scan cycle, and a stuck outbox always
 // shows in them then. The ages are computed at the scrape, from the
 // oldest entry's id (its Redis time); an outbox found by the scan has its

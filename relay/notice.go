@@ -42,10 +42,11 @@ func (n *notices) take(into []string) []string {
 // of sale (a sale id, or a bucket's "SALE#i.n", as in the registry and
 // scripts.Keys.Outbox): the gateway calls it after each script call that
 // added an entry (an accepted reservation, a pay or cancel, an expiry
-// sweep). The relay reads that outbox at once and keeps it active (looked
-// at every second, polled every relay.poll) for a while. Without notices
-// the relay still finds entries through its scan of the registry, but only
-// within Deps.ScanEvery.
+// sweep). The relay reads that outbox at once (and again while its reads
+// come back full), and reads it again only on the next notice: the notices
+// are what the relay waits on, not a poll. Without notices (a lost one, a
+// write of another process) the relay still finds entries through its scan
+// of the registry, but only within Deps.ScanEvery.
 //
 // It never blocks and does no I/O: it records the sale and wakes Run's
 // loop. It is safe for concurrent use, before Run, while Run is not

@@ -46,7 +46,7 @@ type outbox struct {
 	full       bool // the last read came back full for some sale: more wait
 
 	ss       *sales
-	pollAt   time.Time           // when every sale is next read
+	pollAt   time.Time           // when the sales whose read failed are next read
 	tracked  map[string]struct{} // sale + "\x00" + id of every entry held
 	acks     map[string][]any    // sale → confirmed entries to remove: id, orders, id, orders, …
 	toRemove int                 // entries in acks
@@ -76,25 +76,39 @@ func newOutbox(rdb redis.UniversalClient, keys scripts.Keys, log *zap.Logger, na
 func (o *outbox) free() int { return o.window - len(o.tracked) }
 
 // nextRead returns when a read is next due: at once while a sale is hot
-// (noticed, found with entries, or read full last time), at the next poll
-// while the relay works on any sale; ok is false when there is none.
+// (noticed, seen with entries it does not hold, or read full last time),
+// at the next poll while a sale's read failed; ok is false when there is
+// none. No outbox is read on a timer for lack of news: one the relay was
+// told of is read at once, and read again while its reads come back full;
+// entries written without a notice are found by a look (an outbox that had
+// entries) or the scan.
 func (o *outbox) nextRead() (at time.Time, ok bool) {
 	switch {
 	case o.ss.hotN > 0:
 		return time.Time{}, true
-	case len(o.ss.list) > 0:
+	case o.ss.retryN > 0:
 		return o.pollAt, true
 	}
 	return time.Time{}, false
 }
 
-// ensureGroups creates the consumer group of each sale in sales that has
-// none known, in one pipeline (MKSTREAM: an outbox noticed but gone is
-// created empty, rather than failing every read; BUSYGROUP: the group
-// exists already, another relay made it).
-// A group is created just before its outbox is first read, so a sale
-// nobody buys from has none. It returns the sales whose group is known.
-func (o *outbox) ensureGroups(ctx context.Context, sales []*sale) []*sale {
+// failed records that the read of s, or the creation of its group, failed
+// at now: it is read again at the next poll (sales.failed).
+func (o *outbox) failed(s *sale, now time.Time) {
+	if o.ss.retryN == 0 {
+		o.pollAt = now.Add(o.poll)
+	}
+	o.ss.failed(s)
+}
+
+// ensureGroups creates the consumer group of each sale in sales whose
+// read or claim answered NOGROUP (sale.ready), in one pipeline (MKSTREAM:
+// an outbox noticed but gone is created empty, rather than failing every
+// read; BUSYGROUP: the group exists already, another relay made it).
+// A group is created when its outbox is first read, so a sale nobody buys
+// from has none. It returns the sales whose group is taken to exist; the
+// others are read again at the next poll.
+func (o *outbox) ensureGroups(ctx context.Context, sales []*sale, now time.Time) []*sale {
 	var cmds []*redis.StatusCmd
 	var news []*sale
 	pipe := o.rdb.Pipeline()
@@ -114,7 +128,8 @@ func (o *outbox) ensureGroups(ctx context.Context, sales []*sale) []*sale {
 				o.n.errs.Add(1)
 				o.log.Warn("cannot create the outbox consumer group", zap.String("sale", s.id), zap.Error(err))
 			}
-			continue // read at the next poll
+			o.failed(s, now)
+			continue
 		}
 		s.ready = true
 	}
@@ -127,18 +142,24 @@ func (o *outbox) ensureGroups(ctx context.Context, sales []*sale) []*sale {
 	return out
 }
 
-func (o *outbox) track(sale, id string) bool {
+func (o *outbox) track(sale, id string, now time.Time) bool {
 	k := sale + "\x00" + id
 	if _, ok := o.tracked[k]; ok {
 		return false
 	}
 	o.tracked[k] = struct{}{}
+	o.ss.holds(sale, 1, now)
 	o.n.held.Store(int64(len(o.tracked)))
 	return true
 }
 
 func (o *outbox) untrack(sale, id string) {
-	delete(o.tracked, sale+"\x00"+id)
+	k := sale + "\x00" + id
+	if _, ok := o.tracked[k]; !ok {
+		return
+	}
+	delete(o.tracked, k)
+	o.ss.holds(sale, -1, time.Time{})
 	o.n.held.Store(int64(len(o.tracked)))
 }
 
@@ -195,14 +216,14 @@ func (o *outbox) toEntry(ctx context.Context, sale string, m redis.XMessage) *en
 }
 
 // read reads entries never delivered to any relay from the sales due for a
-// read (the hot ones; every one when the poll is due), as many as the outbox
-// has free, in one pipelined round trip (two when a group is to be created
-// first). A sale whose read came back full is hot again: more may wait.
-// It fails only when some sale's read failed and none succeeded.
+// read (the hot ones; those whose read failed when the poll is due), as
+// many as the outbox has free, in one pipelined round trip (two when a
+// group is to be created first). A sale whose read came back full is hot
+// again: more may wait. A sale whose read failed is read again at the next
+// poll. It fails only when some sale's read failed and none succeeded.
 func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
-	if !now.Before(o.pollAt) {
-		o.ss.pollAll()
-		o.pollAt = now.Add(o.poll)
+	if o.ss.retryN > 0 && !now.Before(o.pollAt) {
+		o.ss.retryAll(now)
 	}
 	o.full = false
 	budget := o.free()
@@ -212,7 +233,7 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, redisCall)
 	defer cancel()
-	sales := o.ensureGroups(cctx, picked)
+	sales := o.ensureGroups(cctx, picked, now)
 	if len(sales) == 0 {
 		return nil, nil
 	}
@@ -237,11 +258,13 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 		}
 		if err != nil {
 			if redis.HasErrorPrefix(err, "NOGROUP") {
-				// The stream was deleted: create it again, at once.
+				// No group yet (the sale's first read), or the stream
+				// was deleted: create it, and read again at once.
 				s.ready = false
-				o.ss.setHot(s, true)
+				o.ss.setHot(s, true, now)
 				continue
 			}
+			o.failed(s, now)
 			if firstErr == nil {
 				firstErr = fmt.Errorf("relay: read outbox of %s: %w", s.id, err)
 			}
@@ -254,11 +277,11 @@ func (o *outbox) read(ctx context.Context, now time.Time) ([]*entry, error) {
 			}
 			s.active = now
 			if int64(len(st.Messages)) == count {
-				o.ss.setHot(s, true)
+				o.ss.setHot(s, true, now)
 				o.full = true
 			}
 			for _, m := range st.Messages {
-				if !o.track(s.id, m.ID) {
+				if !o.track(s.id, m.ID, now) {
 					continue
 				}
 				if e := o.toEntry(ctx, s.id, m); e != nil {
@@ -288,6 +311,7 @@ func (o *outbox) claim(ctx context.Context) []*entry {
 	count := int64(max(1, min(o.batch, budget/len(sales))))
 	cctx, cancel := context.WithTimeout(ctx, redisCall)
 	defer cancel()
+	now := time.Now()
 	pipe := o.rdb.Pipeline()
 	cmds := make([]*redis.XAutoClaimCmd, len(sales))
 	for i, s := range sales {
@@ -317,7 +341,7 @@ func (o *outbox) claim(ctx context.Context) []*entry {
 		}
 		s.claimFrom = next
 		for _, m := range msgs {
-			if len(m.Values) == 0 || !o.track(s.id, m.ID) {
+			if len(m.Values) == 0 || !o.track(s.id, m.ID, now) {
 				continue // deleted meanwhile (Redis 6.2 shape), or ours already
 			}
 			if e := o.toEntry(ctx, s.id, m); e != nil {

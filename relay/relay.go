@@ -25,16 +25,24 @@
 // consumer makes duplicates harmless.
 //
 // The relay's work grows with the orders written, not with the sales that
-// exist. The gateway tells it which outboxes it wrote (Wrote); those are
-// read at once and stay active for activeFor: looked at (length, oldest
-// entry) every second, polled every relay.poll, claimed from while they
-// hold entries. A consumer group is created just before an outbox is first
-// read. What nobody told this relay of (a dead gateway's entries, another
-// process's writes, what is there at start) a scan of the registry of sales
+// exist nor with those that sold lately. The gateway tells it which
+// outboxes it wrote (Wrote); those are read at once, and again at once
+// while a read comes back full, and then cost nothing until the next
+// notice: no outbox is polled for lack of news. A consumer group is
+// created when an outbox is first read (the read says there is none). What the notices miss (a
+// dead gateway's entries, another process's writes, what is there at
+// start, a notice lost with a restart) a scan of the registry of sales
 // finds: one walk at start as fast as Redis answers, then one walk every
 // Deps.ScanEvery, a slice a second (a registry of up to 50 sales is walked
-// every second); an outbox it finds with entries becomes active. An idle
-// relay therefore costs Redis about one XLEN per sale per ScanEvery, and a
+// every second); an outbox it finds with entries is read at once. Only
+// outboxes with news are looked at (length, oldest entry) every second:
+// those seen with entries, those whose read failed, and those whose
+// entries the relay has held, or owed a read, for a second (RabbitMQ away
+// or slow: the backlog the metrics show); one seen with more entries than
+// the relay holds is read again, and one seen with entries is claimed from
+// (entries pending longer than relay.claim_after). So a missed notice costs
+// latency, up to ScanEvery, never an order. An idle relay costs Redis about
+// one XLEN per sale per ScanEvery, however many sales sold lately, and a
 // scrape of its metrics none (they show what it knows).
 //
 // The parts, one file each: the notices (notice.go: Wrote), the sales
@@ -70,13 +78,16 @@ const (
 	// redisCall bounds one Redis call of the relay. The relay is not on
 	// the buy path, so it may wait longer than a buyer would.
 	redisCall = 2 * time.Second
-	// refreshEvery is how often the active outboxes are looked at, and
-	// the longest step of the scan of the registry.
+	// refreshEvery is how often the outboxes due for a look (lookDue) are
+	// looked at, how long the relay holds an outbox's entries or owes it
+	// a read before it looks at it, and the longest step of the scan of
+	// the registry.
 	refreshEvery = time.Second
-	// activeFor is how long an outbox stays active (looked at every
-	// refreshEvery, polled every relay.poll) after its last notice or the
-	// last time it was seen with entries. A new write notifies again, so
-	// it can be short: an idle outbox soon costs nothing.
+	// activeFor is how long an outbox stays active (shown in Stats and
+	// the metrics, kept with its consumer group known) after its last
+	// notice or the last time it was seen with entries. Being active
+	// costs no Redis call: only its memory, bounded by the outboxes
+	// written to within activeFor.
 	activeFor = 10 * time.Second
 	// scanEvery is Deps.ScanEvery's default: one walk of the registry.
 	scanEvery = time.Minute
@@ -119,10 +130,13 @@ type Stats struct {
 	Tracked    int    // entries held in memory: in flight, awaiting retry or awaiting XACK
 	Connected  bool   // a RabbitMQ session is open
 	Scans      uint64 // walks of the whole registry of sales completed, the one at start included
-	// Sales are the outboxes the relay knows with entries (active ones
-	// looked at within a second, others found by the scan within
-	// Deps.ScanEvery) or active (notified, or seen with entries, within
-	// the last 10s), in sale id order.
+	// Sales are the outboxes the relay knows with entries (looked at
+	// every second while they have some; found by the scan within
+	// Deps.ScanEvery when nobody told this relay of them; an outbox it was
+	// told of, once its entries have waited a second) or active
+	// (notified, or seen with entries, within the last 10s), in sale id
+	// order. Entries read and removed within a second are never counted
+	// here: the outbox shows at 0.
 	Sales []SaleStats
 }
 

@@ -10,33 +10,64 @@ import (
 // ("SALE#i.n").
 type sale struct {
 	id string
-	// active is the last notice of a write, or the last look or scan that
-	// saw entries. A sale active within activeFor is looked at every
-	// refreshEvery and polled every relay.poll.
+	// active is the last notice of a write, the last read that found
+	// entries, or the last look or scan that saw entries. A sale shows in
+	// Stats and the metrics while active within activeFor, and is
+	// forgotten after it once nothing of it is pending.
 	active time.Time
-	// pending is the outbox's length at the last look or scan; -1 until
-	// the first.
+	// pending is the outbox's length at the last look or scan; 0 also for
+	// an outbox only noticed (its entries are read, not looked at); -1
+	// when it is to be looked at (a read of it failed, so entries may be
+	// delivered to this relay and known to nobody but the stream).
 	pending int64
 	// oldest is the Redis time (Unix ms, from its id) of the outbox's
 	// oldest entry at the last look; 0 when it is empty or was not looked
 	// at since it had entries.
-	oldest    int64
-	ready     bool   // its consumer group is known to exist
+	oldest int64
+	// held counts the entries of the outbox the relay holds (read or
+	// claimed, not yet removed), since heldSince.
+	held      int
+	heldSince time.Time
+	hotSince  time.Time // when hot was last set
+	// ready: its consumer group is taken to exist, until a read or a
+	// claim answers NOGROUP. A sale's group is made once in its life, and
+	// most sales the relay meets have one (it comes back to them, and
+	// forgets them between their orders): so it reads at once, and makes
+	// the group when the read says there is none, rather than paying an
+	// XGROUP CREATE each time it meets a sale again.
+	ready     bool
 	hot       bool   // to be read at the next read
+	retry     bool   // to be read at the next poll: its read or group creation failed
 	claimFrom string // XAUTOCLAIM cursor
 }
 
+// lookDue reports whether the outbox is to be looked at (its length and
+// oldest entry) at now: while it had entries at the last look or scan,
+// when a read of it failed, and when the relay has held its entries, or
+// owed it a read, for refreshEvery or more (RabbitMQ away or slow, the
+// window full: a backlog the metrics must show). An outbox the relay was
+// told of, read and emptied costs no look: the notices say when it has
+// new entries, and the scan finds what they missed.
+func (s *sale) lookDue(now time.Time) bool {
+	return s.pending != 0 ||
+		s.held > 0 && now.Sub(s.heldSince) >= refreshEvery ||
+		s.hot && now.Sub(s.hotSince) >= refreshEvery
+}
+
 // sales are the outboxes the relay works on: the active ones and those
-// with entries. Only they are looked at, read and claimed from, so the
-// relay's work follows the orders written, not the sales that exist. An
-// outbox leaves once it has been inactive for activeFor with no entry, so
-// the memory it takes is bounded by the same measure. Owned by Run's
-// goroutine.
+// with entries. Only they are read, looked at and claimed from, and each
+// only when something says it has entries (a notice, a read that came back
+// full, a look or a scan that saw some: lookDue), so the relay's work
+// follows the orders written, not the sales that exist nor those that sold
+// lately. An outbox leaves once it has been inactive for activeFor with no
+// entry, so the memory it takes is bounded by the same measure. Owned by
+// Run's goroutine.
 type sales struct {
 	activeFor time.Duration
 	m         map[string]*sale
 	list      []*sale // m's values, oldest first: the rotating order of reads and claims
 	hotN      int     // sales with hot set
+	retryN    int     // sales with retry set
 	readRot   int     // where the next read starts in list
 	claimRot  int     // where the next claim starts in list
 }
@@ -49,22 +80,62 @@ func newSales(activeFor time.Duration) *sales {
 func (ss *sales) get(id string) *sale {
 	s, ok := ss.m[id]
 	if !ok {
-		s = &sale{id: id, pending: -1}
+		s = &sale{id: id, ready: true}
 		ss.m[id] = s
 		ss.list = append(ss.list, s)
 	}
 	return s
 }
 
-func (ss *sales) setHot(s *sale, hot bool) {
+func (ss *sales) setHot(s *sale, hot bool, now time.Time) {
 	if s.hot != hot {
 		s.hot = hot
 		if hot {
 			ss.hotN++
+			s.hotSince = now
 		} else {
 			ss.hotN--
 		}
 	}
+}
+
+// failed records that a read of s, or the creation of its group, failed:
+// it is read again at the next poll, and looked at by the next
+// look (its entries may have been delivered to this relay without the
+// reply: only a claim gets those, and a claim needs a look that saw them).
+func (ss *sales) failed(s *sale) {
+	s.pending = -1
+	if !s.retry {
+		s.retry = true
+		ss.retryN++
+	}
+}
+
+// retryAll marks every sale whose read failed for the next read.
+func (ss *sales) retryAll(now time.Time) {
+	if ss.retryN == 0 {
+		return
+	}
+	for _, s := range ss.list {
+		if s.retry {
+			s.retry = false
+			ss.setHot(s, true, now)
+		}
+	}
+	ss.retryN = 0
+}
+
+// holds records that the relay holds one more entry of id's outbox (d =
+// 1) or one less (d = -1).
+func (ss *sales) holds(id string, d int, now time.Time) {
+	s := ss.m[id]
+	if s == nil {
+		return
+	}
+	if s.held == 0 && d > 0 {
+		s.heldSince = now
+	}
+	s.held = max(0, s.held+d)
 }
 
 // noticed records a notice of a write to id's outbox: the sale is active
@@ -72,12 +143,14 @@ func (ss *sales) setHot(s *sale, hot bool) {
 func (ss *sales) noticed(id string, now time.Time) {
 	s := ss.get(id)
 	s.active = now
-	ss.setHot(s, true)
+	ss.setHot(s, true, now)
 }
 
 // looked records id's outbox length n, as a look or a scan saw it at now.
-// A sale unknown until now is added only when it has entries, and then
-// read at once: nobody told this relay about them.
+// A sale unknown until now is added only when it has entries. An outbox
+// with more entries than the relay holds is read at once: nobody told
+// this relay about them, or they wait for another relay (a read then finds
+// nothing, and a claim takes them once they have waited claim_after).
 func (ss *sales) looked(id string, n int64, now time.Time) {
 	s, ok := ss.m[id]
 	if !ok {
@@ -85,7 +158,9 @@ func (ss *sales) looked(id string, n int64, now time.Time) {
 			return
 		}
 		s = ss.get(id)
-		ss.setHot(s, true)
+	}
+	if n > int64(s.held) {
+		ss.setHot(s, true, now)
 	}
 	if s.pending <= 0 && n > 0 {
 		s.oldest = 0 // its entries are new to us: their age is for the next look
@@ -95,13 +170,6 @@ func (ss *sales) looked(id string, n int64, now time.Time) {
 		s.active = now
 	} else {
 		s.oldest = 0
-	}
-}
-
-// pollAll marks every sale for the next read.
-func (ss *sales) pollAll() {
-	for _, s := range ss.list {
-		ss.setHot(s, true)
 	}
 }
 
@@ -117,7 +185,7 @@ func (ss *sales) takeHot(n int) []*sale {
 	for ; i < l && len(out) < n && ss.hotN > 0; i++ {
 		s := ss.list[(ss.readRot+i)%l]
 		if s.hot {
-			ss.setHot(s, false)
+			ss.setHot(s, false, time.Time{})
 			out = append(out, s)
 		}
 	}
@@ -145,22 +213,28 @@ func (ss *sales) claimable(n int) []*sale {
 	return out
 }
 
-// ids returns the ids of every sale, in list order.
-func (ss *sales) ids() []string {
-	out := make([]string, len(ss.list))
-	for i, s := range ss.list {
-		out[i] = s.id
+// toLook returns the ids of the sales due for a look at now (lookDue), in
+// list order.
+func (ss *sales) toLook(now time.Time) []string {
+	var out []string
+	for _, s := range ss.list {
+		if s.lookDue(now) {
+			out = append(out, s.id)
+		}
 	}
 	return out
 }
 
 // forget drops the sales inactive for activeFor whose outbox was empty at
-// the last look and that wait for no read. Call it only after a look
-// that succeeded, so that an outbox is never forgotten on old news.
+// the last look (or never seen with entries), of which the relay holds no
+// entry and that wait for no read. Call it only after a look that
+// succeeded, so that an outbox due for a look is never forgotten on old
+// news. An outbox given entries without a notice after it was forgotten is
+// the scan's to find, as one never noticed is.
 func (ss *sales) forget(now time.Time) {
 	kept := ss.list[:0]
 	for _, s := range ss.list {
-		if s.pending == 0 && !s.hot && now.Sub(s.active) >= ss.activeFor {
+		if s.pending == 0 && !s.hot && !s.retry && s.held == 0 && now.Sub(s.active) >= ss.activeFor {
 			delete(ss.m, s.id)
 			continue
 		}

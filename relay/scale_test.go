@@ -205,11 +205,19 @@ func TestScanFindsUnnoticedOrder(t *testing.T) {
 // TestQuietSalesLeave: an outbox the relay worked on leaves what it knows
 // once it has been inactive for activeFor with no entry (bounded memory,
 // and no more looks), and a new write it is told of brings it back (the
-// scan, one walk a day and no floor, would not).
+// scan, one walk a day and no floor, would not), without making its
+// consumer group again: one XGROUP CREATE in the sale's life, however
+// often the relay forgets it between its orders. (Before: one each time
+// the relay met the sale again, an order each, for a sale selling slower
+// than activeFor.)
 func TestQuietSalesLeave(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	r, _ := e.startRelayWith(ctx, Deps{Redis: e.rdb, Name: "r1", ScanEvery: 24 * time.Hour},
+	rdb := localstack.NewRedis(nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	groups := &localstack.Calls{Match: func(_ context.Context, c redis.Cmder) bool { return c.Name() == "xgroup" }}
+	rdb.AddHook(groups)
+	r, _ := e.startRelayWith(ctx, Deps{Redis: rdb, Name: "r1", ScanEvery: 24 * time.Hour},
 		func(r *Relay) { r.activeFor, r.sc.floor = 300*time.Millisecond, 0 })
 	knows := func() []string {
 		var out []string
@@ -227,4 +235,110 @@ func TestQuietSalesLeave(t *testing.T) {
 		localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("q") })
 		localstack.WaitFor(t, 10*time.Second, fmt.Sprintf("round %d: the quiet sale forgotten", round), func() bool { return len(knows()) == 0 })
 	}
+	if n := groups.N(); n != 1 {
+		t.Errorf("%d XGROUP calls over two rounds of one sale, want 1", n)
+	}
+}
+
+// TestIdleAfterOrdersCostsNothing is issue 30's idle load: every sale of a
+// shop takes one order, which the relay is told of, relays and removes;
+// then nothing happens. While the relay waits for the next notice it makes
+// no call about any of those outboxes (no look, no read, no claim), with one
+// sale as with many: its calls meanwhile are the scan's alone (one walk a
+// day and no floor here: one SCARD a step). (Before: each outbox that had
+// taken an order was looked at every second and read every relay.poll for
+// 10 s, so the idle relay's calls grew with the sales that sold lately.)
+func TestIdleAfterOrdersCostsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sales int
+	}{
+		{"one sale", 1},
+		{"2000 sales", 2000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			if err := createSales(ctx, e.rdb, e.keys, 0, tc.sales); err != nil {
+				t.Fatal(err)
+			}
+			rdb := localstack.NewRedis(nil)
+			t.Cleanup(func() { _ = rdb.Close() })
+			scans := &localstack.Calls{Match: func(_ context.Context, c redis.Cmder) bool { return c.Name() == "scard" }}
+			others := &localstack.Calls{Match: func(_ context.Context, c redis.Cmder) bool { return c.Name() != "scard" }}
+			rdb.AddHook(scans)
+			rdb.AddHook(others)
+			// Active for an hour: within the test, every outbox that
+			// took an order is as if it had just been written to.
+			r, _ := e.startRelayWith(ctx, Deps{Redis: rdb, Name: "r1", ScanEvery: 24 * time.Hour},
+				func(r *Relay) { r.sc.floor, r.activeFor = 0, time.Hour })
+			localstack.WaitFor(t, time.Minute, "the start-up scan ended", func() bool { return r.Stats().Scans > 0 })
+
+			var ids []string
+			for lo := 0; lo < tc.sales; lo += 1000 {
+				pipe := e.rdb.Pipeline()
+				for i := lo; i < min(tc.sales, lo+1000); i++ {
+					id := saleID(i) + "-o-" + localstack.RandomHex(3)
+					ids = append(ids, id)
+					pipe.XAdd(ctx, &redis.XAddArgs{Stream: e.keys.Outbox(saleID(i)), Values: []any{
+						"order_id", id, "sale_id", saleID(i), "user_id", "u", "quantity", "1",
+						"reserved_at", strconv.FormatInt(time.Now().UnixMilli(), 10)}})
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for i := lo; i < min(tc.sales, lo+1000); i++ {
+					r.Wrote(saleID(i))
+				}
+			}
+			e.received(ids, time.Minute)
+			localstack.WaitFor(t, time.Minute, "every entry removed, none pending as the relay knows", func() bool {
+				s := r.Stats()
+				if s.Removed < uint64(tc.sales) || s.Tracked > 0 {
+					return false
+				}
+				for _, k := range s.Sales {
+					if k.Pending > 0 {
+						return false
+					}
+				}
+				return true
+			})
+			// The window: three steps of the scan, after one more
+			// (whatever the loop still had in hand is done by then).
+			settled := scans.N()
+			localstack.WaitFor(t, time.Minute, "a step of the scan", func() bool { return scans.N() > settled })
+			others0, scans0 := others.N(), scans.N()
+			localstack.WaitFor(t, time.Minute, "three steps of the scan", func() bool { return scans.N()-scans0 >= 3 })
+			calls := others.N() - others0
+			t.Logf("%d sales, idle after one order each: %d calls besides %d SCARD; %d outboxes active",
+				tc.sales, calls, scans.N()-scans0, len(r.Stats().Sales))
+			if calls > 0 {
+				t.Errorf("%d calls about the outboxes of %d sales while nothing was written", calls, tc.sales)
+			}
+			if n := len(r.Stats().Sales); n != tc.sales {
+				t.Errorf("%d outboxes active, want %d", n, tc.sales)
+			}
+		})
+	}
+}
+
+// TestMissedNoticeStillRelayed: an outbox the relay was told of and
+// emptied gets entries again with no notice (a notice lost with a restart
+// of its gateway, or another process's write). No poll reads it; the scan
+// of the registry finds it, and its orders reach the queue and leave the
+// outbox.
+func TestMissedNoticeStillRelayed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r, _ := e.startRelayWith(ctx, Deps{Redis: e.rdb, Name: "r1", ScanEvery: 2 * time.Second}, nil)
+	ids := e.addOrders("s", 3)
+	r.Wrote("s")
+	e.received(ids, 30*time.Second)
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied", func() bool { return e.outboxEmpty("s") })
+	scans := r.Stats().Scans
+	missed := e.addOrders("s", 4) // and no notice
+	e.received(missed, 30*time.Second)
+	localstack.WaitFor(t, 10*time.Second, "the outbox emptied again", func() bool { return e.outboxEmpty("s") })
+	t.Logf("found after %d more walks of the registry", r.Stats().Scans-scans)
 }

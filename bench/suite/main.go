@@ -26,33 +26,35 @@ import (
 
 // options are the suite's flags, parsed once (parseOptions).
 type options struct {
-	out        string
-	dur        time.Duration
-	conns      int
-	orders     int // of each pipeline measurement
-	only       string
-	drainRuns  int
-	skipGo     bool
-	skipPipe   bool
-	skipCost   bool
-	skipZL     bool
-	skipBucket bool
-	skipScale  bool
-	skipRoom   bool
-	skipRepl   bool
-	skipFO     bool
+	out         string
+	dur         time.Duration
+	conns       int
+	orders      int // of each pipeline measurement
+	only        string
+	drainRuns   int
+	skipGo      bool
+	skipPipe    bool
+	skipCost    bool
+	skipZL      bool
+	skipBucket  bool
+	skipScale   bool
+	skipTrickle bool
+	skipRoom    bool
+	skipRepl    bool
+	skipFO      bool
 
-	costOrders, costRuns, costConsumers int
-	costPlacements                      string // comma-separated: pinned, unpinned
-	costBefore, costAfter               string // flashgate binaries of the paired mode (costpair.go)
-	bucketRuns, bucketConns             int
-	bucketStock                         int64
-	zeroLossRuns                        int
-	scaleSales, scaleFiller             int
-	scaleIdle                           time.Duration
-	roomRuns, roomUsers                 int
-	replicatedRuns                      int
-	failoverRuns                        int
+	costOrders, costRuns, costConsumers    int
+	costPlacements                         string // comma-separated: pinned, unpinned
+	costBefore, costAfter                  string // flashgate binaries of the paired mode (costpair.go)
+	bucketRuns, bucketConns                int
+	bucketStock                            int64
+	zeroLossRuns                           int
+	scaleSales, scaleFiller                int
+	scaleIdle                              time.Duration
+	trickleSales, trickleRate, trickleRuns int
+	roomRuns, roomUsers                    int
+	replicatedRuns                         int
+	failoverRuns                           int
 }
 
 // parseOptions reads the flags of args (os.Args[1:]).
@@ -84,6 +86,10 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.scaleSales, "scale-sales", 10000, "sales of the shop-scale measurement")
 	fs.IntVar(&o.scaleFiller, "scale-filler", 1_000_000, "rows of other sales put in orders before the shop-scale measurement")
 	fs.DurationVar(&o.scaleIdle, "scale-idle", 30*time.Second, "idle window of the shop-scale measurement")
+	fs.BoolVar(&o.skipTrickle, "skip-trickle", false, "skip the trickle measurement (many sales each selling now and then vs one hot sale, Redis commands per order)")
+	fs.IntVar(&o.trickleSales, "trickle-sales", 10000, "sales of the trickle measurement, bought from round-robin")
+	fs.IntVar(&o.trickleRate, "trickle-rate", 2000, "buys a second of the trickle measurement, in all (each window lasts -duration)")
+	fs.IntVar(&o.trickleRuns, "trickle-runs", 3, "rounds of the trickle measurement (each the trickle and the hot sale, in alternating order); the report gives medians")
 	fs.IntVar(&o.roomRuns, "room-runs", 3, "rounds of the waiting-room measurement (bare polls, reserve path, joins and polls, with and without buyer authentication); the report gives medians")
 	fs.IntVar(&o.roomUsers, "room-users", 5000, "buyers of each fairness run of the waiting-room measurement (fifo and random)")
 	fs.BoolVar(&o.skipRoom, "skip-room", false, "skip the waiting-room measurement")
@@ -128,6 +134,9 @@ var parts = []part{
 	{name: "scale", what: "10,000 sales through Redis restarts",
 		skip: func(o *options) bool { return o.skipScale }, skipped: "shop scale skipped (-skip-scale)",
 		failed: "shop scale not measured: ", measure: (*suite).measureScale},
+	{name: "trickle", what: "10,000 sales each selling now and then vs one hot sale: Redis commands per order",
+		skip: func(o *options) bool { return o.skipTrickle }, skipped: "trickle skipped (-skip-trickle)",
+		failed: "trickle not measured: ", measure: (*suite).measureTrickle},
 	{name: "room", what: "the waiting room's joins, polls and fairness",
 		skip: func(o *options) bool { return o.skipRoom }, skipped: "waiting room skipped (-skip-room)",
 		failed: "waiting room not measured: ", measure: (*suite).measureRoom},

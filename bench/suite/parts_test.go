@@ -23,7 +23,7 @@ func TestParts(t *testing.T) {
 		}
 	}
 	// The names the Makefile, the docs and earlier runs use.
-	for _, name := range []string{"auth", "cost", "zeroloss", "buckets", "scale", "room", "replicated", "failover"} {
+	for _, name := range []string{"auth", "cost", "zeroloss", "buckets", "scale", "trickle", "room", "replicated", "failover"} {
 		if !seen[name] {
 			t.Errorf("no part %q", name)
 		}
@@ -46,7 +46,8 @@ func TestOptionDefaults(t *testing.T) {
 	}
 	want := options{out: "docs/benchmarks.md", dur: 5 * time.Second, conns: 64, orders: 20000, drainRuns: 3,
 		costOrders: 150_000, costRuns: 3, costConsumers: 2, costPlacements: "pinned,unpinned", bucketRuns: 3, bucketConns: 256, bucketStock: 1_000_000,
-		zeroLossRuns: 2, scaleSales: 10000, scaleFiller: 1_000_000, scaleIdle: 30 * time.Second, roomRuns: 3, roomUsers: 5000,
+		zeroLossRuns: 2, scaleSales: 10000, scaleFiller: 1_000_000, scaleIdle: 30 * time.Second,
+		trickleSales: 10000, trickleRate: 2000, trickleRuns: 3, roomRuns: 3, roomUsers: 5000,
 		replicatedRuns: 3, failoverRuns: 2}
 	if o != want {
 		t.Errorf("defaults %+v,\nwant %+v", o, want)
@@ -64,6 +65,7 @@ func TestRowBaseline(t *testing.T) {
 	s.add(row{group: "b", name: "same", value: 400, unit: "req/s"})
 	s.add(row{group: "a", name: "held", value: 150, unit: "req/s", baseline: first, target: 2})
 	s.add(row{group: "a", name: "none", value: 150, unit: "req/s"})
+	s.add(row{group: "a", name: "cost", value: 180, unit: "req/s", baseline: first, atMost: 1.5})
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
 	if err := s.write(out, time.Second); err != nil {
 		t.Fatal(err)
@@ -75,6 +77,7 @@ func TestRowBaseline(t *testing.T) {
 	for _, want := range []string{
 		"| a | held | 150 req/s |  |  | 1.50× same | ≥ 2.0× (missed) |",
 		"| a | none | 150 req/s |  |  |  |  |",
+		"| a | cost | 180 req/s |  |  | 1.80× same | ≤ 1.5× (missed) |",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -33,6 +33,7 @@ type row struct {
 	p50, p99    time.Duration
 	baseline    *row    // the row it is compared with, nil for none
 	target      float64 // minimum ratio value/baseline, 0 for none
+	atMost      float64 // maximum ratio value/baseline (a cost held to its baseline's), 0 for none
 	ratio       float64
 }
 
@@ -82,6 +83,9 @@ func (s *suite) write(path string, took time.Duration) error {
 		if r.target > 0 {
 			target = fmt.Sprintf("≥ %.1f× (%s)", r.target, verdict(r.ratio >= r.target))
 		}
+		if r.atMost > 0 {
+			target = fmt.Sprintf("≤ %.1f× (%s)", r.atMost, verdict(r.ratio > 0 && r.ratio <= r.atMost))
+		}
 		lat := func(d time.Duration) string {
 			if d == 0 {
 				return ""
@@ -129,6 +133,9 @@ func (s *suite) write(path string, took time.Duration) error {
 	b.WriteString(sec.buckets + sec.room + sec.replicated + sec.failover)
 	if sec.scale != "" {
 		b.WriteString("\n" + sec.scale)
+	}
+	if sec.trickle != "" {
+		b.WriteString("\n" + sec.trickle)
 	}
 	if sec.goBench != "" {
 		b.WriteString("\n## Go benchmarks\n\n`go test -run '^$' -bench . -benchmem -benchtime 2s ./gateway/ ./bench/`:\n\n```\n" + sec.goBench + "\n```\n")

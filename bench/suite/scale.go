@@ -40,7 +40,7 @@ type scaleStack struct {
 
 // measureScale is the shop-scale part; its figures go to s.scale.
 func (s *suite) measureScale(ctx context.Context) error {
-	st, cleanup, err := s.scaleStack(ctx)
+	st, cleanup, err := s.scaleStack(ctx, shopShape{tag: "scale", filler: s.o.scaleFiller, gateways: 2, consumers: 2})
 	defer cleanup()
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (s *suite) measureScale(ctx context.Context) error {
 		names[i] = fmt.Sprintf("m%05d", i)
 	}
 	start := time.Now()
-	err = st.createMany(ctx, names)
+	err = st.createMany(ctx, names, `{"stock":5,"per_user_limit":2}`)
 	created := time.Since(start)
 	probeMu.Lock()
 	phase = &idle

@@ -1,7 +1,8 @@
 package main
 
-// The shop-scale part's stack (scale.go): its Redis, database, gateways and
-// consumers, and what it asks of them.
+// The stack of a shop of many sales (the scale part's, scale.go, and the
+// trickle part's, trickle.go): its Redis, database, gateways and consumers,
+// and what it asks of them.
 
 import (
 	"context"
@@ -24,16 +25,26 @@ import (
 	"github.com/flashgate/flashgate/orderdb/orderdbtest"
 )
 
-// scaleStack starts the part's Redis, database, gateways and consumers;
-// cleanup undoes what was done, in reverse.
-func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
+// shopShape is what a part's shop stack holds: its name (of the key
+// prefix, the logs and the folder), the rows of other sales put in orders
+// first, its gateways and its consumers.
+type shopShape struct {
+	tag                 string
+	filler              int
+	gateways, consumers int
+}
+
+// scaleStack starts a shop of shape sh: a redis-server of its own, a
+// scratch database, its gateways and consumers; cleanup undoes what was
+// done, in reverse.
+func (s *suite) scaleStack(ctx context.Context, sh shopShape) (*scaleStack, func(), error) {
 	var undo []func()
 	cleanup := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	dir, err := os.MkdirTemp(".run/bench", "scale-")
+	dir, err := os.MkdirTemp(".run/bench", sh.tag+"-")
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -43,7 +54,7 @@ func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 		return nil, cleanup, fmt.Errorf("the suite's redis-server: %w", err)
 	}
 	st := &scaleStack{s: s, srv: srv, rdb: redis.NewClient(&redis.Options{Addr: srv.Addr}),
-		prefix: newPrefix("scale"),
+		prefix: newPrefix(sh.tag),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}}
 	undo = append(undo, func() { st.rdb.Close() })
 	dsn, drop, err := s.scratchDB(ctx)
@@ -55,21 +66,21 @@ func (s *suite) scaleStack(ctx context.Context) (*scaleStack, func(), error) {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { st.db.Close() })
-	if err := orderdbtest.Fill(ctx, st.db, s.o.scaleFiller, 5000); err != nil {
+	if err := orderdbtest.Fill(ctx, st.db, sh.filler, 5000); err != nil {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { s.dropQueue(st.prefix) })
 	env := []string{"FLASHGATE_REDIS_ADDRS=" + srv.Addr, "FLASHGATE_MYSQL_DSN=" + dsn,
 		"FLASHGATE_AMQP_EXCHANGE=" + st.prefix, "FLASHGATE_AMQP_QUEUE=" + st.prefix}
-	for i := range 2 {
-		g, err := s.launch(ctx, proc{log: "scale-gateway-" + strconv.Itoa(i), args: []string{"gateway"}, cpu: cpuAny, prefix: st.prefix, env: env})
+	for i := range sh.gateways {
+		g, err := s.launch(ctx, proc{log: sh.tag + "-gateway-" + strconv.Itoa(i), args: []string{"gateway"}, cpu: cpuAny, prefix: st.prefix, env: env})
 		if err != nil {
 			return nil, cleanup, err
 		}
 		st.gateways = append(st.gateways, [2]string{g.Public, g.Admin})
 	}
-	for i := range 2 {
-		if _, err := s.launch(ctx, proc{log: "scale-consumer-" + strconv.Itoa(i), args: []string{"consumer"}, cpu: cpuAny, prefix: st.prefix, env: env}); err != nil {
+	for i := range sh.consumers {
+		if _, err := s.launch(ctx, proc{log: sh.tag + "-consumer-" + strconv.Itoa(i), args: []string{"consumer"}, cpu: cpuAny, prefix: st.prefix, env: env}); err != nil {
 			return nil, cleanup, err
 		}
 	}
@@ -95,8 +106,9 @@ func (st *scaleStack) create(sale string, stock, limit int64) error {
 	}
 }
 
-// createMany creates the sales through both gateways, 16 at a time.
-func (st *scaleStack) createMany(ctx context.Context, names []string) error {
+// createMany creates the sales through every gateway, 16 at a time, each
+// with the body (its stock and limit).
+func (st *scaleStack) createMany(ctx context.Context, names []string, body string) error {
 	next := make(chan int)
 	var firstErr error
 	var mu sync.Mutex
@@ -104,10 +116,10 @@ func (st *scaleStack) createMany(ctx context.Context, names []string) error {
 	for range 16 {
 		wg.Go(func() {
 			for i := range next {
-				code, body, err := st.do("PUT", "http://"+st.gw(i)[1]+"/admin/v1/sales/"+names[i], `{"stock":5,"per_user_limit":2}`)
+				code, reply, err := st.do("PUT", "http://"+st.gw(i)[1]+"/admin/v1/sales/"+names[i], body)
 				if err != nil || code != http.StatusCreated {
 					mu.Lock()
-					firstErr = cmpErr(firstErr, fmt.Errorf("create %s: %d %s %v", names[i], code, body, err))
+					firstErr = cmpErr(firstErr, fmt.Errorf("create %s: %d %s %v", names[i], code, reply, err))
 					mu.Unlock()
 				}
 			}

@@ -77,7 +77,7 @@ type suite struct {
 // sections are the report's sections after the main table, each written
 // by its part; "" when not measured.
 type sections struct {
-	cost, buckets, room, replicated, failover, scale, goBench string
+	cost, buckets, room, replicated, failover, scale, trickle, goBench string
 }
 
 func newSuite(o options) *suite { return &suite{o: o, svc: localServices()} }
