@@ -213,16 +213,19 @@ func (c *replyCut) pass(gw net.Conn) {
 }
 
 // note records the order ids of a reserve call (EVALSHA sha numkeys keys…
-// sale ttl, then per reservation: order id, user, quantity, key index).
+// sale ttl batch, the batch a line per reservation: order id, user,
+// quantity and key index, tab-separated; lua/reserve.lua).
 func (c *replyCut) note(args []string) {
 	nk, err := strconv.Atoi(args[2])
-	if err != nil {
+	if err != nil || len(args) != 3+nk+3 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := 3 + nk + 2; i < len(args); i += 4 {
-		c.ids[args[i]] = true
+	for line := range strings.Lines(args[3+nk+2]) {
+		if id, _, ok := strings.Cut(line, "\t"); ok {
+			c.ids[id] = true
+		}
 	}
 }
 
