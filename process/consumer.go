@@ -53,7 +53,7 @@ func NewConsumer(cfg *config.Config, d ConsumerDeps) (*Consumer, error) {
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
 	p := &Consumer{DB: db, Redis: scripts.NewClient(scripts.ClientOptions(cfg.Redis)), cfg: cfg, log: log}
 	p.Loader = scripts.New(p.Redis, cfg.Scripts.Dir, keys)
-	p.Consumer, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: p.Redis, Loader: p.Loader, Log: log.Named("consumer")})
+	p.Consumer, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: p.Redis, Log: log.Named("consumer")})
 	if err != nil {
 		p.Close()
 		return nil, err
