@@ -39,9 +39,9 @@ func (k Keys) Orders(sale string) string { return k.Prefix + ":{" + sale + "}:or
 // (no script, no record rewritten) and the order script reads it. A record
 // flagged "c" (Record.Created: written so by a release before the set, or
 // restored from MySQL by the repair script) is in MySQL too, whether or not
-// its id is here. It costs about 60 bytes of Redis memory per order
-// marked, beside the order's record, and lives as long as the sale's other
-// keys.
+// its id is here. It costs about 80 bytes of Redis memory per order
+// marked (a 32-character id; the record takes about 130), and lives as long
+// as the sale's other keys.
 func (k Keys) Created(sale string) string { return k.Prefix + ":{" + sale + "}:created" }
 
 // Due is the sorted set of the sale's orders awaiting payment: member the
