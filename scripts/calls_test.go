@@ -98,6 +98,29 @@ func TestTypedCalls(t *testing.T) {
 		t.Errorf("Move give 3 = %+v, %v", m, err)
 	}
 
+	// The repair's record of marks given again needs no Load either, and
+	// moves meta cseq only up, only on a sale not held and checked under
+	// this Redis's history.
+	for i, c := range []struct {
+		cseq  int64
+		moved bool
+	}{{5, true}, {5, false}, {3, false}, {7, true}} {
+		if moved, err := scripts.New(rdb, "", k).Remarked(ctx, k.Meta(sale), c.cseq); err != nil || moved != c.moved {
+			t.Errorf("Remarked %d (cseq %d) = %v, %v; want %v", i, c.cseq, moved, err, c.moved)
+		}
+	}
+	for field, v := range map[string]string{"hold": "1", "rid": "another"} {
+		prev := rdb.HGet(ctx, k.Meta(sale), field).Val()
+		rdb.HSet(ctx, k.Meta(sale), field, v)
+		if moved, err := l.Remarked(ctx, k.Meta(sale), 9); err != nil || moved {
+			t.Errorf("Remarked with meta %s %s = %v, %v; want nothing moved", field, v, moved, err)
+		}
+		rdb.HSet(ctx, k.Meta(sale), field, prev)
+	}
+	if c := rdb.HGet(ctx, k.Meta(sale), "cseq").Val(); c != "7" {
+		t.Errorf("meta cseq %q, want 7", c)
+	}
+
 	// The relay's removal needs no Load: a Loader of its own, never loaded.
 	// The outbox holds o1's entry and o3's (a reply misread is a call made).
 	entries, err := rdb.XRange(ctx, k.Outbox(sale), "-", "+").Result()
