@@ -18,6 +18,10 @@
 // and MySQL keeps the largest per order) and applies them with the repair
 // script: their records, units, buyers' units, pending payments and
 // idempotency keys, atomically with buyers. The last call releases the sale.
+// Then, off the buyers' clock, it marks created again (the order view's
+// status) the orders MySQL holds with an event since the sale's last
+// repair, whose consumers' marks the restart may have lost (sale.go,
+// remarks).
 // Any number of Repairers may work at once: the script changes nothing on a
 // sale no longer held.
 package repair

@@ -40,7 +40,9 @@ func laneOf(id string) (sale, suffix string, ok bool) {
 // Redis counts every event MySQL holds lost nothing MySQL knows (the fence
 // has passed: nothing more is on its way) and is released at once; the
 // others are given back their orders. Progress is kept sale by sale: a
-// failure leaves that sale held and the others go on.
+// failure leaves that sale held and the others go on. Once every sale it
+// could is released, the orders of each with an event since its last
+// repair are marked created again (remarks).
 func (r *Repairer) sales(ctx context.Context, held []string) error {
 	var firstErr error
 	fail := func(err error) {
@@ -52,11 +54,6 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 	// The marks of the released sales are given again once the round has
 	// released every sale it could: buyers do not wait for them.
 	var later []remark
-	defer func() {
-		if err := r.remarks(ctx, later); err != nil {
-			fail(err)
-		}
-	}()
 	for lo := 0; lo < len(held) && ctx.Err() == nil; lo += saleChunk {
 		part := held[lo:min(len(held), lo+saleChunk)]
 		metas, err := r.metas(ctx, part)
@@ -103,6 +100,10 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 				r.d.Log.Warn("repair of a held sale failed; it stays held, the others go on", zap.String("sale", sale), zap.Error(err))
 			}
 		}
+	}
+	if err := r.remarks(ctx, later); err != nil {
+		fail(err)
+		r.d.Log.Warn("cannot mark created again the orders of a repaired sale; the next repair will", zap.Error(err))
 	}
 	return firstErr
 }
