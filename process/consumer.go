@@ -74,8 +74,8 @@ func NewConsumer(cfg *config.Config, d ConsumerDeps) (*Consumer, error) {
 
 // Run runs the consumer until ctx ends, then lets it finish the deliveries
 // in hand; it returns the consumer's error. Beside it: the scripts' loading
-// (marking orders created is best effort, and Redis being down must not
-// keep the consumer from writing MySQL), the repairer, and the metrics
+// (the repairer's, in the background: Redis being down must not keep the
+// consumer from writing MySQL), the repairer, and the metrics
 // listener (consumer.metrics_addr), which outlives the consumer's drain.
 func (p *Consumer) Run(ctx context.Context) error {
 	// Loaded in the background from the start, and again on first use
