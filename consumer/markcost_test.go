@@ -43,7 +43,9 @@ return #out / 2`
 // 3 runs each, alternating, medians. It reads the server's CPU
 // (used_cpu_sys + used_cpu_user) and the top-level command's time (INFO
 // commandstats) around the marks, and what the order view's get costs on a
-// record each way marked, and the memory the created set takes. It is a
+// record each way marked (the server's CPU, and the script's own time in
+// commandstats, without the round trip's), and the memory the created set
+// takes. It is a
 // measurement, not a check: run it with FLASHGATE_MEASURE_MARK=1 and -v.
 func TestMarkCost(t *testing.T) {
 	if os.Getenv("FLASHGATE_MEASURE_MARK") == "" {
@@ -128,7 +130,7 @@ func TestMarkCost(t *testing.T) {
 		}},
 	}
 	viewKeys := []string{keys.Meta(sale), keys.Users(sale), keys.Outbox(sale), keys.Orders(sale), keys.Due(sale), keys.Created(sale)}
-	type result struct{ cpu, cmd, view []float64 }
+	type result struct{ cpu, cmd, view, viewCmd []float64 }
 	res := make([]result, len(ways))
 	for run := range runs {
 		for w, way := range ways {
@@ -146,6 +148,7 @@ func TestMarkCost(t *testing.T) {
 			res[w].cmd = append(res[w].cmd, cmd/orders)
 
 			// The view of orders so marked: the order script's get.
+			rdb.ConfigResetStat(ctx)
 			before = cpu()
 			for i := range views {
 				r, err := loader.Order(ctx, viewKeys, "get", keys.Events(), sale, ids[i*(orders/views)])
@@ -154,14 +157,16 @@ func TestMarkCost(t *testing.T) {
 				}
 			}
 			res[w].view = append(res[w].view, (cpu()-before)/views)
-			t.Logf("run %d %-21s Redis CPU %.2f µs/order, %s %.2f µs/order; view get %.2f µs", run+1, way.name,
-				spent/orders, way.command, cmd/orders, res[w].view[len(res[w].view)-1])
+			res[w].viewCmd = append(res[w].viewCmd, usec("evalsha")/views)
+			t.Logf("run %d %-21s Redis CPU %.2f µs/order, %s %.2f µs/order; view get %.2f µs, evalsha %.2f µs", run+1, way.name,
+				spent/orders, way.command, cmd/orders, res[w].view[len(res[w].view)-1], res[w].viewCmd[len(res[w].viewCmd)-1])
 		}
 	}
 	for w, way := range ways {
-		t.Logf("median %-21s Redis CPU %.2f µs/order [%.2f–%.2f], %s %.2f µs/order; view get %.2f µs [%.2f–%.2f]", way.name,
+		t.Logf("median %-21s Redis CPU %.2f µs/order [%.2f–%.2f], %s %.2f µs/order; view get %.2f µs [%.2f–%.2f], evalsha %.2f µs [%.2f–%.2f]", way.name,
 			median(res[w].cpu), slices.Min(res[w].cpu), slices.Max(res[w].cpu), way.command, median(res[w].cmd),
-			median(res[w].view), slices.Min(res[w].view), slices.Max(res[w].view))
+			median(res[w].view), slices.Min(res[w].view), slices.Max(res[w].view),
+			median(res[w].viewCmd), slices.Min(res[w].viewCmd), slices.Max(res[w].viewCmd))
 	}
 	set, err := rdb.MemoryUsage(ctx, keys.Created(sale), 0).Result()
 	if err != nil {
@@ -188,4 +193,62 @@ func infoFloat(info, field string) float64 {
 func median(xs []float64) float64 {
 	s := slices.Sorted(slices.Values(xs))
 	return s[len(s)/2]
+}
+
+// TestViewCost measures what the order view's get costs Redis on a record
+// flagged created (as the mark script of the releases before left it) and
+// on one flagged queued whose id is in the created set (as the marker
+// leaves it: one SISMEMBER more), in alternating blocks on a redis-server
+// of its own. Run it with FLASHGATE_MEASURE_MARK=1 and -v.
+func TestViewCost(t *testing.T) {
+	if os.Getenv("FLASHGATE_MEASURE_MARK") == "" {
+		t.Skip("a measurement: FLASHGATE_MEASURE_MARK=1 go test -run TestViewCost -v ./consumer/")
+	}
+	srv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
+		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	keys := scripts.Keys{Prefix: "m"}
+	loader := scripts.New(rdb, "", keys)
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const sale, n, blocks = "view", 2000, 10
+	rec := scripts.Record{State: order.StateConfirmed, ReservedAt: time.Now().UnixMilli(), Quantity: 1, UserID: "user-000000"}
+	q := rec.String()
+	rec.Created = true
+	c := rec.String()
+	// 100,000 orders of each kind, so that the set is a sale's size.
+	for lo := 0; lo < 100000; lo += 1000 {
+		var hs, ss []any
+		for i := lo; i < lo+1000; i++ {
+			hs = append(hs, fmt.Sprintf("c%031d", i), c, fmt.Sprintf("q%031d", i), q)
+			ss = append(ss, fmt.Sprintf("q%031d", i))
+		}
+		rdb.HSet(ctx, keys.Orders(sale), hs...)
+		rdb.SAdd(ctx, keys.Created(sale), ss...)
+	}
+	viewKeys := []string{keys.Meta(sale), keys.Users(sale), keys.Outbox(sale), keys.Orders(sale), keys.Due(sale), keys.Created(sale)}
+	cpu := func() float64 {
+		info := rdb.Info(ctx, "cpu").Val()
+		return (infoFloat(info, "used_cpu_sys") + infoFloat(info, "used_cpu_user")) * 1e6
+	}
+	spent := map[string][]float64{}
+	for b := range blocks {
+		for _, kind := range []string{"c", "q"} {
+			before := cpu()
+			for i := range n {
+				r, err := loader.Order(ctx, viewKeys, "get", keys.Events(), sale, fmt.Sprintf("%s%031d", kind, (b*n+i)%100000))
+				if err != nil || !r.Record.Created {
+					t.Fatalf("view: %+v, %v", r, err)
+				}
+			}
+			spent[kind] = append(spent[kind], (cpu()-before)/n)
+		}
+	}
+	t.Logf("view get, Redis CPU per call over %d blocks of %d: record flagged c %.2f µs [%.2f–%.2f], q + SISMEMBER %.2f µs [%.2f–%.2f]",
+		blocks, n, median(spent["c"]), slices.Min(spent["c"]), slices.Max(spent["c"]),
+		median(spent["q"]), slices.Min(spent["q"]), slices.Max(spent["q"]))
 }
