@@ -28,8 +28,8 @@ import (
 // The batches hand it their ids, which it gathers per sale until it next
 // writes; one write is one pipeline (one round trip per Redis node) of an
 // SADD per sale, or per bucket, and per markChunk ids, whatever number of
-// batches it gathered. So it keeps up with any rate the consumer writes at,
-// and nothing is dropped for want of room: a batch that finds markPending
+// batches it gathered: the more it lags, the more each write carries.
+// Nothing is dropped for want of room: a batch that finds markPending
 // ids gathered waits, after its acknowledgement and before the next batch
 // is read, until the marker has taken them. Only a write that keeps failing
 // (markTries) is given up, and counted: it changes what the view says,
