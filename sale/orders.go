@@ -11,9 +11,9 @@ import (
 
 // Order reads an order's record, at Redis's clock: Created when the record
 // says so or the sale's created set holds the order (scripts.Keys.Created),
-// that is when the order is in MySQL. An order awaiting a
-// payment whose pay_by has come reads as expired, the decision a pay would
-// meet, even before a sweep has returned its units. It returns ErrNotFound
+// that is once the order is in MySQL. An order awaiting a payment whose
+// pay_by has come reads as expired, the decision a pay would meet, even
+// before a sweep has returned its units. It returns ErrNotFound
 // for an order the sale never accepted, or an error wrapping ErrUnavailable.
 // It blocks for one script call, bounded by ctx.
 func (s *Store) Order(ctx context.Context, sale, orderID string) (scripts.Record, error) {
