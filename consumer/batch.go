@@ -46,7 +46,7 @@ type deadOrder struct {
 // nothing is acknowledged and RabbitMQ delivers the messages again. hard
 // bounds the writes, held the waits between their retries (see writeRetry)
 // and the dead-letter publishes.
-func (c *Consumer) handle(hard, held context.Context, s *broker.Session, dl *deadLetters, batch []amqp.Delivery, marks chan<- mark) bool {
+func (c *Consumer) handle(hard, held context.Context, s *broker.Session, dl *deadLetters, batch []amqp.Delivery, marks *marks) bool {
 	c.deliveries.Add(uint64(len(batch)))
 	msgs := make([]message, len(batch))
 	orders := make([]order.Order, 0, len(batch))
@@ -134,7 +134,7 @@ func (c *Consumer) handle(hard, held context.Context, s *broker.Session, dl *dea
 			c.log.Warn("cannot acknowledge a committed batch; it will be delivered again (harmless)", zap.Error(err))
 		}
 	}
-	c.queueMarks(marks, orders, written)
+	c.queueMarks(hard, marks, orders, written)
 	return true
 }
 

@@ -16,7 +16,8 @@
 // ledger, and moves the others to their snapshot's state unless theirs is
 // final. Only after every transaction of the gathered deliveries has
 // committed does it acknowledge them; then it marks the orders created in
-// Redis for status polling (best effort, off the acknowledgement path).
+// Redis for the order view (mark.go: one SADD per sale for whatever batches
+// it gathered, off the acknowledgement path).
 //
 // What can never be written goes to the dead-letter queue, and no further: a
 // message whose body is not an order or a batch of orders, or that carries
@@ -70,11 +71,10 @@ import (
 // Deps are the consumer's collaborators.
 type Deps struct {
 	DB *sql.DB // required; see orderdb.Open
-	// Redis and Loader mark orders created for status polling; when Redis
-	// is nil nothing is marked.
-	Redis  redis.UniversalClient
-	Loader *scripts.Loader
-	Log    *zap.Logger // nil: no logs
+	// Redis is where orders are marked created for the order view; when
+	// it is nil nothing is marked.
+	Redis redis.UniversalClient
+	Log   *zap.Logger // nil: no logs
 	// Name prefixes the consumer tags; empty: host-pid-random.
 	Name string
 	// ObserveWrite, when set, is called after each committed transaction
@@ -101,8 +101,7 @@ type Stats struct {
 	AckErrors    uint64 // acknowledgements that could not be sent (the broker redelivers)
 	Reconnects   uint64 // RabbitMQ sessions opened after the first
 	Marked       uint64 // orders marked created in Redis
-	MarkErrors   uint64 // orders whose mark failed after retries
-	MarkDropped  uint64 // orders not marked because the mark queue was full
+	MarkErrors   uint64 // orders whose mark failed after retries, or was not tried before the shutdown deadline
 	Connected    bool   // a RabbitMQ session is open
 }
 
@@ -117,7 +116,6 @@ type Consumer struct {
 	shutdown      time.Duration
 	db            *sql.DB
 	rdb           redis.UniversalClient
-	loader        *scripts.Loader
 	keys          scripts.Keys
 	log           *zap.Logger
 	name          string
@@ -128,7 +126,7 @@ type Consumer struct {
 	witness witness // what Settled says (witness.go)
 
 	deliveries, orders, inserted, duplicates, updated, batches, deadLettered atomic.Uint64
-	dbErrors, ackErrors, marked, markErrors, markDropped, redelivered        atomic.Uint64
+	dbErrors, ackErrors, marked, markErrors, redelivered                     atomic.Uint64
 
 	observe           func(orders int, took time.Duration)
 	metrics           *metrics.Set
@@ -140,9 +138,6 @@ type Consumer struct {
 func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 	if deps.DB == nil {
 		return nil, errors.New("consumer: no database")
-	}
-	if deps.Redis != nil && deps.Loader == nil {
-		return nil, errors.New("consumer: a Redis client needs a script loader")
 	}
 	if cfg.Consumer.Prefetch < 1 || cfg.Consumer.BatchSize < 1 || cfg.Consumer.BatchWait < 0 || cfg.Relay.MessageOrders < 1 {
 		return nil, fmt.Errorf("consumer: bad settings %+v", cfg.Consumer)
@@ -165,7 +160,6 @@ func New(cfg *config.Config, deps Deps) (*Consumer, error) {
 		shutdown:      cfg.Shutdown.Timeout,
 		db:            deps.DB,
 		rdb:           deps.Redis,
-		loader:        deps.Loader,
 		keys:          scripts.Keys{Prefix: cfg.Redis.KeyPrefix},
 		log:           log,
 		name:          name,
@@ -198,7 +192,6 @@ func (c *Consumer) Stats() Stats {
 		Reconnects:   c.loop.Reconnects(),
 		Marked:       c.marked.Load(),
 		MarkErrors:   c.markErrors.Load(),
-		MarkDropped:  c.markDropped.Load(),
 		Connected:    c.loop.Connected(),
 	}
 }
@@ -266,7 +259,7 @@ func (c *Consumer) prefetch() int {
 // session consumes on one RabbitMQ session until it breaks or ctx ends. Its
 // handled batches mark the session served, so that the next one starts the
 // backoff over.
-func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks chan<- mark) error {
+func (c *Consumer) session(ctx, hard context.Context, s *broker.Session, marks *marks) error {
 	// However it ends, what RabbitMQ sent on the session and was not
 	// settled goes back to the queue (Settled).
 	defer func() { c.witness.lost(time.Now()) }()

@@ -19,6 +19,7 @@ func TestConsumerIdempotentAndMarks(t *testing.T) {
 	e := newEnv(t)
 	os := orderdbtest.Orders("s", 3)
 	e.seedRecords("s", os)
+	e.wantQueued("s", os)
 	bs := bodies(t, os)
 	e.publish(append(bs, bs...)...) // every message twice
 	c, _ := e.startConsumer(nil)

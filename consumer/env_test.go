@@ -123,14 +123,14 @@ func (e *env) startConsumer(cfg *config.Config) (*Consumer, func()) {
 	return e.startConsumerWith(cfg, Deps{})
 }
 
-// startConsumerWith is startConsumer with deps, whose DB, Redis and Loader
-// are the env's.
+// startConsumerWith is startConsumer with deps, whose DB and Redis are the
+// env's.
 func (e *env) startConsumerWith(cfg *config.Config, deps Deps) (*Consumer, func()) {
 	e.t.Helper()
 	if cfg == nil {
 		cfg = e.cfg
 	}
-	deps.DB, deps.Redis, deps.Loader = e.db, e.rdb, e.loader
+	deps.DB, deps.Redis = e.db, e.rdb
 	c, err := New(cfg, deps)
 	if err != nil {
 		e.t.Fatal(err)
@@ -212,18 +212,49 @@ func (e *env) totals(sale string) (rows, units, ledgerUnits, ledgerOrders int64)
 	return orderdbtest.Totals(e.t, e.db, sale)
 }
 
-// waitMarked waits until every order of os is marked created in the sale's
-// orders hash (status polling).
+// viewCreated reads what the order view says of order id of sale (the
+// order script's get, as the gateway calls it): whether its status is
+// created.
+func (e *env) viewCreated(sale, id string) bool {
+	e.t.Helper()
+	k := e.keys
+	keys := []string{k.Meta(sale), k.Users(sale), k.Outbox(sale), k.Orders(sale), k.Due(sale), k.Created(sale)}
+	r, err := e.loader.Order(context.Background(), keys, "get", k.Events(), sale, id)
+	if err != nil || r.Code != scripts.CodeOK {
+		e.t.Fatalf("order view of %s/%s: %+v, %v", sale, id, r, err)
+	}
+	return r.Record.Created
+}
+
+// waitMarked waits until the order view says created for every order of
+// os, and checks that their records were not rewritten (the marker only
+// adds their ids to the sale's created set).
 func (e *env) waitMarked(sale string, os []order.Order) {
 	e.t.Helper()
 	localstack.WaitFor(e.t, 10*time.Second, "the orders marked created", func() bool {
 		for _, o := range os {
-			if v := e.rdb.HGet(context.Background(), e.keys.Orders(sale), o.OrderID).Val(); !strings.HasPrefix(v, "c:") {
+			if !e.viewCreated(sale, o.OrderID) {
 				return false
 			}
 		}
 		return true
 	})
+	for _, o := range os {
+		if v := e.rdb.HGet(context.Background(), e.keys.Orders(sale), o.OrderID).Val(); !strings.HasPrefix(v, "q:") {
+			e.t.Errorf("record of %s rewritten by the mark: %q", o.OrderID, v)
+		}
+	}
+}
+
+// wantQueued fails the test unless the order view says queued for every
+// order of os.
+func (e *env) wantQueued(sale string, os []order.Order) {
+	e.t.Helper()
+	for _, o := range os {
+		if e.viewCreated(sale, o.OrderID) {
+			e.t.Errorf("order %s reads created before the consumer wrote it", o.OrderID)
+		}
+	}
 }
 
 // seedRecords writes the sale's order records into Redis as the reserve

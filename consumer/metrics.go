@@ -38,7 +38,6 @@ func (c *Consumer) newMetrics() {
 		metrics.WriteCounterUint64(w, "flashgate_consumer_reconnects_total", s.Reconnects)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_marked_total", s.Marked)
 		metrics.WriteCounterUint64(w, "flashgate_consumer_mark_errors_total", s.MarkErrors)
-		metrics.WriteCounterUint64(w, "flashgate_consumer_mark_dropped_total", s.MarkDropped)
 		metrics.WriteGaugeUint64(w, "flashgate_consumer_connected", gauge(s.Connected))
 	})
 }

@@ -53,7 +53,7 @@ func NewConsumer(cfg *config.Config, d ConsumerDeps) (*Consumer, error) {
 	keys := scripts.Keys{Prefix: cfg.Redis.KeyPrefix}
 	p := &Consumer{DB: db, Redis: scripts.NewClient(scripts.ClientOptions(cfg.Redis)), cfg: cfg, log: log}
 	p.Loader = scripts.New(p.Redis, cfg.Scripts.Dir, keys)
-	p.Consumer, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: p.Redis, Loader: p.Loader, Log: log.Named("consumer")})
+	p.Consumer, err = consumer.New(cfg, consumer.Deps{DB: db, Redis: p.Redis, Log: log.Named("consumer")})
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -74,8 +74,8 @@ func NewConsumer(cfg *config.Config, d ConsumerDeps) (*Consumer, error) {
 
 // Run runs the consumer until ctx ends, then lets it finish the deliveries
 // in hand; it returns the consumer's error. Beside it: the scripts' loading
-// (marking orders created is best effort, and Redis being down must not
-// keep the consumer from writing MySQL), the repairer, and the metrics
+// (the repairer's, in the background: Redis being down must not keep the
+// consumer from writing MySQL), the repairer, and the metrics
 // listener (consumer.metrics_addr), which outlives the consumer's drain.
 func (p *Consumer) Run(ctx context.Context) error {
 	// Loaded in the background from the start, and again on first use

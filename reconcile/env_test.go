@@ -129,6 +129,12 @@ func (e *env) deliver(sale string, n int64) []order.Order {
 	if _, err := orderdb.WriteOrders(ctx, e.db, os); err != nil {
 		e.t.Fatal(err)
 	}
+	// Marked created, as a consumer marks what it wrote.
+	for _, o := range os {
+		if err := e.rdb.SAdd(ctx, e.keys.Created(sale), o.OrderID).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	return os
 }
 

@@ -4,7 +4,11 @@
 // transit from one lost or invented (Invariant 3: every 202 becomes exactly
 // one MySQL row, and no row exists without a reservation), and a state on
 // its way to MySQL from one that differs for good (Invariant 8: MySQL's
-// state follows Redis's and never leaves paid, cancelled or expired).
+// state follows Redis's and never leaves paid, cancelled or expired). It
+// also holds the order view's status against MySQL (API.md: created exactly
+// when the order is in MySQL): an order that reads created without a row is
+// drift; one in MySQL that still reads queued is counted apart (Queued),
+// since its consumer's mark may be on its way, and MarkQueued marks it.
 //
 // Units are compared as live units (package order: pending_payment, paid,
 // confirmed): Redis's sold counts them, and so do MySQL's rows in those
@@ -65,6 +69,9 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 		if err := r.readSlot(ctx, rdb, keys, slot, orders, inOutbox); err != nil {
 			return nil, fmt.Errorf("reconcile %s: %w", sale, err)
 		}
+		if err := readCreated(ctx, rdb, keys, slot, orders); err != nil {
+			return nil, fmt.Errorf("reconcile %s: %w", sale, err)
+		}
 	}
 	if r.Buckets > 1 {
 		if err := r.readMoves(ctx, rdb, keys); err != nil {
@@ -113,6 +120,14 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 			}
 		}
 		a := orders[id]
+		if a != nil && !a.bad && !a.rec.Created && !a.marked {
+			r.Queued++
+			r.example("queued", id, "")
+			if r.queued == nil {
+				r.queued = map[string][]string{}
+			}
+			r.queued[a.slot] = append(r.queued[a.slot], id)
+		}
 		switch {
 		case a == nil:
 			r.Unknown++
@@ -149,6 +164,10 @@ func Sale(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, db 
 			r.Missing++
 			r.example("missing", id, "")
 		}
+		if !a.found && !a.bad && (a.rec.Created || a.marked) {
+			r.CreatedNoRow++
+			r.example("created", id, "no row in MySQL")
+		}
 	}
 	if !exists && r.Accepted == 0 && r.Rows == 0 && r.LedgerOrders == 0 {
 		return nil, fmt.Errorf("reconcile %s: %w", sale, ErrNoSale)
@@ -162,4 +181,7 @@ type accepted struct {
 	bad   bool // not a record: nothing to compare a row with
 	found bool
 	slot  string // the sale or bucket whose orders hash holds it
+	// marked: its id is in its slot's created set (the view says created
+	// whatever its record's flag).
+	marked bool
 }

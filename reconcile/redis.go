@@ -132,6 +132,58 @@ func (r *Report) readSlot(ctx context.Context, rdb redis.UniversalClient, keys s
 	return nil
 }
 
+// readCreated notes which orders of slot its created set holds (SSCAN, in
+// pages): the view says created for them. An id of the set with no record
+// (a Redis that lost the record, not the mark) has no view, and is left out.
+func readCreated(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, slot string, orders map[string]*accepted) error {
+	var cursor uint64
+	for {
+		ids, next, err := rdb.SScan(ctx, keys.Created(slot), cursor, "*", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("created set of %s: %w", slot, err)
+		}
+		for _, id := range ids {
+			if a := orders[id]; a != nil && a.slot == slot {
+				a.marked = true
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// MarkQueued marks created, in their slots' created sets, the orders r
+// found in MySQL whose view said queued (Report.Queued): what a consumer's
+// lost mark left (a consumer killed between its acknowledgement and its
+// mark, a mark that failed past its tries, or one a restarted Redis lost
+// with its last writes). Only orders with a row are marked, so the view
+// never says created of an order not in MySQL. It returns how many ids it
+// sent; it blocks for one pipeline and is safe for concurrent use.
+func MarkQueued(ctx context.Context, rdb redis.UniversalClient, keys scripts.Keys, r *Report) (int, error) {
+	pipe := rdb.Pipeline()
+	n := 0
+	for slot, ids := range r.queued {
+		for lo := 0; lo < len(ids); lo += 1000 {
+			part := ids[lo:min(lo+1000, len(ids))]
+			args := make([]any, len(part))
+			for i, id := range part {
+				args[i] = id
+			}
+			pipe.SAdd(ctx, keys.Created(slot), args...)
+			n += len(part)
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("mark %s: %w", r.Sale, err)
+	}
+	return n, nil
+}
+
 // readMoves counts in r.Moving the units of the moves of a sale of several
 // buckets that are half done (scripts/lua/move.lua): a take recorded in the
 // home whose credit has not reached its bucket, a give recorded in a bucket

@@ -73,7 +73,16 @@ type Report struct {
 	// StateInTransit counts orders in both whose states differ while an
 	// outbox entry of Redis's state is still pending: not drift.
 	StateInTransit int
-	Examples       []string // up to a few ids of each problem, "kind id[ detail]"
+	// Queued counts orders in MySQL whose view says queued (record flagged
+	// "q", id not in the created set): their consumer's mark is on its way,
+	// or was lost (MarkQueued marks them). Not drift: the orders are right.
+	Queued int
+	// CreatedNoRow counts orders whose view says created with no row in
+	// MySQL: the view's promise broken (drift).
+	CreatedNoRow int
+	Examples     []string // up to a few ids of each problem, "kind id[ detail]"
+
+	queued map[string][]string // the Queued orders' ids, by slot
 }
 
 // InTransit is sold − MySQL live units − outbox units: the live units
@@ -126,6 +135,9 @@ func (r *Report) Drift() []string {
 	}
 	if r.Mismatched > 0 {
 		d = append(d, fmt.Sprintf("%d orders differ between Redis and MySQL (user or quantity)", r.Mismatched))
+	}
+	if r.CreatedNoRow > 0 {
+		d = append(d, fmt.Sprintf("%d orders read created in the order view with no row in MySQL", r.CreatedNoRow))
 	}
 	if r.StateDiffers > 0 {
 		d = append(d, fmt.Sprintf("%d orders have another state in MySQL than in Redis, with no outbox entry for it (in transit, or lost)", r.StateDiffers))

@@ -18,6 +18,10 @@
 // and MySQL keeps the largest per order) and applies them with the repair
 // script: their records, units, buyers' units, pending payments and
 // idempotency keys, atomically with buyers. The last call releases the sale.
+// Then, off the buyers' clock, it marks created again (the order view's
+// status) the orders MySQL holds with an event since the sale's last
+// repair, whose consumers' marks the restart may have lost (sale.go,
+// remarks).
 // Any number of Repairers may work at once: the script changes nothing on a
 // sale no longer held.
 package repair
@@ -83,6 +87,7 @@ type Stats struct {
 	Repaired uint64 // sales released after their orders were given back
 	Released uint64 // sales released that had lost nothing MySQL holds
 	Restored uint64 // orders whose state in Redis a repair changed (restored or moved on)
+	Remarked uint64 // orders Redis kept that a repair marked created again (see restore)
 	Raised   uint64 // units of stock raised to cover what MySQL holds as sold
 	Errors   uint64
 }
@@ -92,8 +97,8 @@ type Repairer struct {
 	cfg Config
 	d   Deps
 
-	repaired, released, restored, raised, errs atomic.Uint64
-	waiting                                    time.Time // the last "waiting" log, for its rate
+	repaired, released, restored, remarked, raised, errs atomic.Uint64
+	waiting                                              time.Time // the last "waiting" log, for its rate
 }
 
 // New returns a Repairer; Run starts it.
@@ -125,7 +130,7 @@ func New(cfg Config, d Deps) (*Repairer, error) {
 // Stats returns the counters since start.
 func (r *Repairer) Stats() Stats {
 	return Stats{Repaired: r.repaired.Load(), Released: r.released.Load(), Restored: r.restored.Load(),
-		Raised: r.raised.Load(), Errors: r.errs.Load()}
+		Remarked: r.remarked.Load(), Raised: r.raised.Load(), Errors: r.errs.Load()}
 }
 
 // WriteMetrics writes the Repairer's counters in Prometheus text format.
@@ -134,6 +139,7 @@ func (r *Repairer) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "flashgate_repair_sales_total", s.Repaired)
 	metrics.WriteCounterUint64(w, "flashgate_repair_released_sales_total", s.Released)
 	metrics.WriteCounterUint64(w, "flashgate_repair_orders_total", s.Restored)
+	metrics.WriteCounterUint64(w, "flashgate_repair_marked_orders_total", s.Remarked)
 	metrics.WriteCounterUint64(w, "flashgate_repair_stock_raised_units_total", s.Raised)
 	metrics.WriteCounterUint64(w, "flashgate_repair_errors_total", s.Errors)
 }

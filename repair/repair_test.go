@@ -102,7 +102,7 @@ func (e *env) orderOp(op, oid string) scripts.Code {
 }
 
 // forward does what relay and consumer do: every outbox entry into MySQL,
-// then the outbox emptied.
+// then the outbox emptied and the orders marked created.
 func (e *env) forward() {
 	e.t.Helper()
 	k := e.keys
@@ -128,6 +128,24 @@ func (e *env) forward() {
 			e.t.Fatal(err)
 		}
 	}
+	for _, o := range orders {
+		if err := e.rdb.SAdd(e.ctx, k.Created(e.sale), o.OrderID).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// view is what the order view says of oid: the order script's get, with
+// the created set, as the gateway runs it.
+func (e *env) view(oid string) scripts.OrderReply {
+	e.t.Helper()
+	k := e.keys
+	r, err := e.loader.Order(e.ctx, []string{k.Meta(e.sale), k.Users(e.sale), k.Outbox(e.sale), k.Orders(e.sale), k.Due(e.sale),
+		k.Created(e.sale)}, "get", k.Events(), e.sale, oid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
 }
 
 // snapshot is the sale's keys as DUMP has them: what Redis's disk holds at
@@ -155,7 +173,7 @@ func (e *env) snapshot() snapshot {
 func (e *env) saleKeys() []string {
 	k := e.keys
 	return []string{k.Meta(e.sale), k.Users(e.sale), k.Outbox(e.sale), k.Orders(e.sale), k.Due(e.sale),
-		k.Idem(e.sale, "k1"), k.Idem(e.sale, "k2")}
+		k.Created(e.sale), k.Idem(e.sale, "k1"), k.Idem(e.sale, "k2")}
 }
 
 // rollBack puts the sale's keys back as they were in s and makes the sale
@@ -386,5 +404,65 @@ func TestRepairWaitsForTheQueue(t *testing.T) {
 	}
 	if m := e.meta(); m["hold"] != "" || m["sold"] != "1" {
 		t.Errorf("after the queue drained: %v, want released with sold 1", m)
+	}
+}
+
+// After a Redis restart the order views are right once the sale is
+// repaired: an order whose mark Redis kept reads created; one whose mark
+// was lost with Redis's last writes (its record kept) is marked again from
+// MySQL; one Redis forgot is restored flagged in MySQL; one not in MySQL
+// reads queued. The repair marks again only the rows with an event since
+// the sale's last repair (meta cseq): a second restart marks only the
+// order that came since.
+func TestRepairViews(t *testing.T) {
+	e := newEnv(t, "rv")
+	e.create(10, 5, 0)
+	_, a := e.reserve("u1", 1, "")
+	e.forward() // a in MySQL, marked
+	_, d := e.reserve("u2", 1, "")
+	before := e.snapshot()
+	e.forward() // d in MySQL, marked: the mark lost below
+	_, b := e.reserve("u3", 1, "")
+	e.forward() // b in MySQL, marked: its record lost below
+	e.rollBack(before)
+	if in, _ := e.rdb.SIsMember(e.ctx, e.keys.Created(e.sale), d).Result(); in {
+		t.Fatalf("d's mark survived the rollback")
+	}
+	if held, err := e.loader.HoldPass(e.ctx); err != nil || held != 1 {
+		t.Fatalf("hold pass: %d held, %v; want 1", held, err)
+	}
+	r := e.repairer()
+	if err := r.Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Stats(); s.Repaired != 1 || s.Restored != 1 || s.Remarked != 3 {
+		t.Errorf("stats %+v; want 1 sale repaired, b restored, a, d and b marked again (a sale never repaired: all its orders)", s)
+	}
+	_, q := e.reserve("u4", 1, "") // not in MySQL
+	for oid, want := range map[string]bool{a: true, d: true, b: true, q: false} {
+		if v := e.view(oid); v.Code != scripts.CodeOK || v.Record.Created != want {
+			t.Errorf("view of %s after the repair: %+v; want created %v", oid, v, want)
+		}
+	}
+	if m := e.meta(); m["cseq"] != "3" {
+		t.Errorf("meta cseq %q after the repair, want 3 (a, d, b)", m["cseq"])
+	}
+
+	// Another restart, after q reached MySQL and was marked: nothing lost,
+	// and only q has an event since the last repair.
+	e.forward()
+	e.rollBack(e.snapshot())
+	if held, err := e.loader.HoldPass(e.ctx); err != nil || held != 1 {
+		t.Fatalf("second hold pass: %d held, %v; want 1", held, err)
+	}
+	r = e.repairer()
+	if err := r.Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Stats(); s.Remarked != 1 || s.Restored != 0 || s.Released != 1 {
+		t.Errorf("second repair: stats %+v; want q alone marked again, nothing restored, the sale released as it was", s)
+	}
+	if v := e.view(q); !v.Record.Created {
+		t.Errorf("view of q after the second repair: %+v", v)
 	}
 }

@@ -40,7 +40,9 @@ func laneOf(id string) (sale, suffix string, ok bool) {
 // Redis counts every event MySQL holds lost nothing MySQL knows (the fence
 // has passed: nothing more is on its way) and is released at once; the
 // others are given back their orders. Progress is kept sale by sale: a
-// failure leaves that sale held and the others go on.
+// failure leaves that sale held and the others go on. Once every sale it
+// could is released, the orders of each with an event since its last
+// repair are marked created again (remarks).
 func (r *Repairer) sales(ctx context.Context, held []string) error {
 	var firstErr error
 	fail := func(err error) {
@@ -49,6 +51,9 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 			firstErr = err
 		}
 	}
+	// The marks of the released sales are given again once the round has
+	// released every sale it could: buyers do not wait for them.
+	var later []remark
 	for lo := 0; lo < len(held) && ctx.Err() == nil; lo += saleChunk {
 		part := held[lo:min(len(held), lo+saleChunk)]
 		metas, err := r.metas(ctx, part)
@@ -72,6 +77,7 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 		for i, sale := range part {
 			m := metas[i]
 			var err error
+			var rm *remark
 			switch _, _, lane := laneOf(sale); {
 			case m.err != nil:
 				err = m.err
@@ -80,11 +86,14 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 			case m.buckets > 1:
 				err = r.home(ctx, sale)
 			case lane:
-				err = r.Sale(ctx, sale)
+				rm, err = r.sale(ctx, sale, m)
 			case seqs[sale] <= m.seq:
-				err = r.clean(ctx, sale, m.seq)
+				rm, err = m.remark(sale, seqs[sale]), r.clean(ctx, sale, m.seq)
 			default:
-				err = r.restore(ctx, sale, m.seq, seqs[sale])
+				rm, err = m.remark(sale, seqs[sale]), r.restore(ctx, sale, m.seq, seqs[sale])
+			}
+			if err == nil && rm != nil {
+				later = append(later, *rm)
 			}
 			if err != nil && ctx.Err() == nil {
 				fail(err)
@@ -92,15 +101,44 @@ func (r *Repairer) sales(ctx context.Context, held []string) error {
 			}
 		}
 	}
+	if err := r.remarks(ctx, later); err != nil {
+		fail(err)
+		r.d.Log.Warn("cannot mark created again the orders of a repaired sale; the next repair will", zap.Error(err))
+	}
 	return firstErr
 }
 
 // meta is what a round reads of a held sale's meta hash.
 type meta struct {
-	held    bool
-	seq     int64
+	held bool
+	seq  int64
+	// cseq: the orders MySQL holds of the sale with an event up to it were
+	// marked created under a history of this Redis that a repair checked
+	// (see remarks); -1 when the meta has none (a sale older than it).
+	cseq    int64
 	buckets int64
 	err     error // the hash could not be read as a sale's
+}
+
+// remark is what is marked created again of a sale once it is released:
+// the orders of MySQL's rows with an event after from; to is the largest
+// seq MySQL held when the sale was repaired.
+type remark struct {
+	sale     string
+	from, to int64
+}
+
+// remark is what is marked again of sale, whose MySQL holds events up to
+// maxSeq: those after cseq. A sale with no cseq (older than it) is given
+// one at maxSeq with nothing marked again, as the releases before it did.
+func (m meta) remark(sale string, maxSeq int64) *remark {
+	switch {
+	case m.cseq < 0:
+		return &remark{sale: sale, from: maxSeq, to: maxSeq}
+	case maxSeq > m.cseq:
+		return &remark{sale: sale, from: m.cseq, to: maxSeq}
+	}
+	return nil
 }
 
 func (r *Repairer) metas(ctx context.Context, sales []string) ([]meta, error) {
@@ -109,7 +147,7 @@ func (r *Repairer) metas(ctx context.Context, sales []string) ([]meta, error) {
 	pipe := r.d.Redis.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(sales))
 	for i, sale := range sales {
-		cmds[i] = pipe.HMGet(cctx, r.d.Keys.Meta(sale), "hold", "seq", "buckets")
+		cmds[i] = pipe.HMGet(cctx, r.d.Keys.Meta(sale), "hold", "seq", "buckets", "cseq")
 	}
 	if _, err := pipe.Exec(cctx); err != nil {
 		return nil, fmt.Errorf("repair: read %d held sales: %w", len(sales), err)
@@ -129,6 +167,10 @@ func (r *Repairer) metas(ctx context.Context, sales []string) ([]meta, error) {
 		if b, _ := v[2].(string); b != "" {
 			out[i].buckets, _ = strconv.ParseInt(b, 10, 64)
 		}
+		out[i].cseq = -1
+		if c, _ := v[3].(string); c != "" {
+			out[i].cseq, _ = strconv.ParseInt(c, 10, 64)
+		}
 	}
 	return out, nil
 }
@@ -147,9 +189,10 @@ func (r *Repairer) clean(ctx context.Context, sale string, rseq int64) error {
 }
 
 // Sale repairs one held sale: it gives Redis the orders of the sale whose
-// latest event MySQL holds and Redis has not counted, then releases it. A
-// sale not held, or gone, is only taken off the Held set. Call it only once
-// the fence has passed (Once does).
+// latest event MySQL holds and Redis has not counted, then releases it,
+// then marks created again the orders MySQL holds with an event since the
+// sale's last repair (see remarks). A sale not held, or gone, is only taken
+// off the Held set. Call it only once the fence has passed (Once does).
 func (r *Repairer) Sale(ctx context.Context, sale string) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	metas, err := r.metas(cctx, []string{sale})
@@ -167,14 +210,101 @@ func (r *Repairer) Sale(ctx context.Context, sale string) error {
 	if m.buckets > 1 {
 		return r.home(ctx, sale)
 	}
+	rm, err := r.sale(ctx, sale, m)
+	if err != nil || rm == nil {
+		return err
+	}
+	return r.remarks(ctx, []remark{*rm})
+}
+
+// sale repairs and releases the held sale (or bucket) whose meta is m, and
+// returns what to mark again.
+func (r *Repairer) sale(ctx context.Context, sale string, m meta) (*remark, error) {
 	mysqlSale, _, _ := laneOf(sale)
-	cctx, cancel = context.WithTimeout(ctx, r.cfg.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	maxSeq, err := orderdb.MaxSeq(cctx, r.d.DB, mysqlSale)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("repair: sale %s: %w", sale, err)
+		return nil, fmt.Errorf("repair: sale %s: %w", sale, err)
 	}
-	return r.restore(ctx, sale, m.seq, maxSeq)
+	if err := r.restore(ctx, sale, m.seq, maxSeq); err != nil {
+		return nil, err
+	}
+	return m.remark(sale, maxSeq), nil
+}
+
+// remarks marks created again, in each released sale of rms, the orders
+// MySQL holds with an event after its from (scripts.Keys.Created), in
+// pages read along the index (sale_id, seq), then records in its meta that
+// it did (cseq = to, Loader.Remarked). A consumer marks an order created
+// after MySQL has it, off its acknowledgement path, so a Redis that lost
+// its last writes may have lost the marks of orders it kept: their view
+// would say queued for ever. Such an order has an event after the sale's
+// last repair, since that repair's check of MySQL waited for the queue to
+// drain (an order still on its way through a repair whose mark is then
+// lost by the next restart is the exception: flashgate reconcile --mark
+// finds it). So the work is the sale's events since its last repair (all
+// of a sale created since the release that keeps cseq; none of an older
+// one at its first repair), and it runs after the releases, off the
+// buyers' clock. A sale whose marks fail keeps its cseq: the next repair
+// marks them again. It returns the first error and goes on with the others.
+func (r *Repairer) remarks(ctx context.Context, rms []remark) error {
+	var firstErr error
+	var orders, sales int64
+	for _, rm := range rms {
+		n, err := r.remarkOne(ctx, rm)
+		orders += n
+		if n > 0 {
+			sales++
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	r.remarked.Add(uint64(orders))
+	if orders > 0 {
+		r.d.Log.Info("marked created again the orders MySQL holds with an event since their sale's last repair",
+			zap.Int64("orders", orders), zap.Int64("sales", sales))
+	}
+	return firstErr
+}
+
+func (r *Repairer) remarkOne(ctx context.Context, rm remark) (int64, error) {
+	mysqlSale, suffix, lane := laneOf(rm.sale)
+	var n int64
+	for seq, afterID := rm.from, ""; seq < rm.to || afterID != ""; {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		page, err := orderdb.After(cctx, r.d.DB, mysqlSale, seq, afterID, chunk)
+		cancel()
+		if err != nil {
+			return n, fmt.Errorf("repair: sale %s: %w", rm.sale, err)
+		}
+		args := make([]any, 0, len(page))
+		for _, o := range page {
+			if !lane || strings.HasSuffix(o.OrderID, suffix) {
+				args = append(args, o.OrderID)
+			}
+		}
+		if len(args) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+			err := r.d.Redis.SAdd(cctx, r.d.Keys.Created(rm.sale), args...).Err()
+			cancel()
+			if err != nil {
+				return n, fmt.Errorf("repair: sale %s: mark created: %w", rm.sale, err)
+			}
+			n += int64(len(args))
+		}
+		if len(page) < chunk {
+			break
+		}
+		seq, afterID = page[len(page)-1].Seq, page[len(page)-1].OrderID
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	if _, err := r.d.Loader.Remarked(cctx, r.d.Keys.Meta(rm.sale), rm.to); err != nil {
+		return n, fmt.Errorf("repair: sale %s: %w", rm.sale, err)
+	}
+	return n, nil
 }
 
 // restore gives a held sale the orders MySQL holds after Redis's event

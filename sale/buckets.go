@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,15 +69,8 @@ type bucketSet struct {
 func (bs *bucketSet) bucketOf(user string) int { return scripts.BucketOf(user, len(bs.names)) }
 
 // orderBucket reads the bucket of an order id of a sale of several buckets
-// (the ".i" its bucket gave it); ok is false for an id without one.
-func orderBucket(id string) (int, bool) {
-	i := strings.LastIndexByte(id, '.')
-	if i < 0 || i == len(id)-1 || len(id)-i > 3 {
-		return 0, false
-	}
-	b, err := strconv.Atoi(id[i+1:])
-	return b, err == nil && b >= 0
-}
+// (scripts.OrderBucket).
+func orderBucket(id string) (int, bool) { return scripts.OrderBucket(id) }
 
 // idFor is the id a reservation of user on sale is sent to: the sale
 // itself, or, for a sale of several buckets this process has met, the

@@ -9,9 +9,11 @@ import (
 	"github.com/flashgate/flashgate/scripts"
 )
 
-// Order reads an order's record, at Redis's clock: an order awaiting a
-// payment whose pay_by has come reads as expired, the decision a pay would
-// meet, even before a sweep has returned its units. It returns ErrNotFound
+// Order reads an order's record, at Redis's clock: Created when the record
+// says so or the sale's created set holds the order (scripts.Keys.Created),
+// that is once the order is in MySQL. An order awaiting a payment whose
+// pay_by has come reads as expired, the decision a pay would meet, even
+// before a sweep has returned its units. It returns ErrNotFound
 // for an order the sale never accepted, or an error wrapping ErrUnavailable.
 // It blocks for one script call, bounded by ctx.
 func (s *Store) Order(ctx context.Context, sale, orderID string) (scripts.Record, error) {
@@ -46,7 +48,8 @@ func (s *Store) Cancel(ctx context.Context, sale, orderID string) (rec scripts.R
 }
 
 func (s *Store) orderKeys(sale string) []string {
-	return []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale), s.keys.Orders(sale), s.keys.Due(sale)}
+	return []string{s.keys.Meta(sale), s.keys.Users(sale), s.keys.Outbox(sale), s.keys.Orders(sale), s.keys.Due(sale),
+		s.keys.Created(sale)}
 }
 
 // orderOp runs pay, cancel or get and reads the reply {code, record, now,

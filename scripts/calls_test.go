@@ -79,9 +79,19 @@ func TestTypedCalls(t *testing.T) {
 		t.Errorf("Sweep of a get's reply: %v, want ErrReply", err)
 	}
 
-	for i, want := range []int64{1, 0} {
-		if n, err := l.Mark(ctx, []string{k.Orders(sale)}, "o1", "nope"); err != nil || n != want {
-			t.Errorf("Mark %d = %d, %v; want %d", i, n, err, want)
+	// The view's status: queued until the order's id is in the created
+	// set (the consumers' SADD), then created; the sweep's five keys name
+	// no set.
+	viewKeys := append(orderKeys[:5:5], k.Created(sale))
+	for _, created := range []bool{false, true} {
+		if created {
+			if err := rdb.SAdd(ctx, k.Created(sale), "o1").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o, err := l.Order(ctx, viewKeys, "get", k.Events(), sale, "o1")
+		if err != nil || o.Code != scripts.CodeOK || o.Record.Created != created {
+			t.Errorf("Order get o1, in the created set %v = %+v, %v", created, o, err)
 		}
 	}
 
@@ -94,6 +104,29 @@ func TestTypedCalls(t *testing.T) {
 	m, err := l.Move(ctx, []string{k.Meta(sale), k.Moves(sale)}, "give", "m1", 3)
 	if err != nil || m != (scripts.MoveReply{Code: scripts.CodeOK, N: 3}) {
 		t.Errorf("Move give 3 = %+v, %v", m, err)
+	}
+
+	// The repair's record of marks given again needs no Load either, and
+	// moves meta cseq only up, only on a sale not held and checked under
+	// this Redis's history.
+	for i, c := range []struct {
+		cseq  int64
+		moved bool
+	}{{5, true}, {5, false}, {3, false}, {7, true}} {
+		if moved, err := scripts.New(rdb, "", k).Remarked(ctx, k.Meta(sale), c.cseq); err != nil || moved != c.moved {
+			t.Errorf("Remarked %d (cseq %d) = %v, %v; want %v", i, c.cseq, moved, err, c.moved)
+		}
+	}
+	for field, v := range map[string]string{"hold": "1", "rid": "another"} {
+		prev := rdb.HGet(ctx, k.Meta(sale), field).Val()
+		rdb.HSet(ctx, k.Meta(sale), field, v)
+		if moved, err := l.Remarked(ctx, k.Meta(sale), 9); err != nil || moved {
+			t.Errorf("Remarked with meta %s %s = %v, %v; want nothing moved", field, v, moved, err)
+		}
+		rdb.HSet(ctx, k.Meta(sale), field, prev)
+	}
+	if c := rdb.HGet(ctx, k.Meta(sale), "cseq").Val(); c != "7" {
+		t.Errorf("meta cseq %q, want 7", c)
 	}
 
 	// The relay's removal needs no Load: a Loader of its own, never loaded.
@@ -121,7 +154,6 @@ func TestTypedCallOfAnotherShape(t *testing.T) {
 	t.Cleanup(func() { localstack.DropKeys(t, rdb, k.Prefix) })
 	dir := copyBuiltin(t)
 	for name, src := range map[string]string{
-		scripts.Mark:  "return 'two'",
 		scripts.Admin: "if ARGV[1] == 'ping' then return 'PONG' end return {0, 0, 0, '10'}",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name+".lua"), []byte(src), 0o644); err != nil {
@@ -133,9 +165,6 @@ func TestTypedCallOfAnotherShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := []string{k.Meta("s"), k.Users("s"), k.Outbox("s")}
-	if n, err := l.Mark(ctx, []string{k.Orders("s")}, "o1"); !errors.Is(err, scripts.ErrReply) || n != 0 {
-		t.Errorf("Mark = %d, %v; want ErrReply", n, err)
-	}
 	if a, err := l.Admin(ctx, keys, "get", k.Events(), "s"); !errors.Is(err, scripts.ErrReply) || a != (scripts.AdminReply{}) {
 		t.Errorf("Admin = %+v, %v; want ErrReply and nothing read", a, err)
 	}

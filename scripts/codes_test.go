@@ -124,12 +124,12 @@ func TestLuaCodesChecker(t *testing.T) {
 func TestShippedLuaCodes(t *testing.T) {
 	files, err := fs.Glob(builtin, "lua/*.lua")
 	var want []string
-	for _, name := range append(Names(), Remove) {
+	for _, name := range append(Names(), Remove, Remarked) {
 		want = append(want, "lua/"+name+".lua")
 	}
 	slices.Sort(want)
 	if err != nil || !slices.Equal(files, want) {
-		t.Fatalf("embedded scripts %v (%v), want %v: the set and remove", files, err, want)
+		t.Fatalf("embedded scripts %v (%v), want %v: the set, remove and remarked", files, err, want)
 	}
 	used := map[Code]bool{}
 	for _, f := range files {

@@ -34,6 +34,16 @@ func (k Keys) Outbox(sale string) string { return k.Prefix + ":{" + sale + "}:ou
 // Orders is the hash of order id → the order's Record.
 func (k Keys) Orders(sale string) string { return k.Prefix + ":{" + sale + "}:orders" }
 
+// Created is the set of the sale's order ids that are in MySQL, for the
+// order view's status: the consumers add each batch's ids with one SADD
+// (no script, no record rewritten) and the order script reads it. A record
+// flagged "c" (Record.Created: written so by a release before the set, or
+// restored from MySQL by the repair script) is in MySQL too, whether or not
+// its id is here. It costs about 80 bytes of Redis memory per order
+// marked (a 32-character id; the record takes about 130), and lives as long
+// as the sale's other keys.
+func (k Keys) Created(sale string) string { return k.Prefix + ":{" + sale + "}:created" }
+
 // Due is the sorted set of the sale's orders awaiting payment: member the
 // order id, score its pay_by in Unix ms. The sweep expires what is due.
 func (k Keys) Due(sale string) string { return k.Prefix + ":{" + sale + "}:due" }
@@ -62,6 +72,18 @@ func SplitBucket(id string) (sale string, bucket int, ok bool) {
 		return id, 0, false
 	}
 	return sale, b, true
+}
+
+// OrderBucket reads the bucket of an order id of a sale of several
+// buckets, the ".i" its bucket gave it (sale/buckets.go); ok is false for
+// an id without one, which is an order of the sale's own keys.
+func OrderBucket(id string) (bucket int, ok bool) {
+	i := strings.LastIndexByte(id, '.')
+	if i < 0 || i == len(id)-1 || len(id)-i > 3 {
+		return 0, false
+	}
+	b, err := strconv.Atoi(id[i+1:])
+	return b, err == nil && b >= 0
 }
 
 // BucketOf is the bucket, of a sale of k buckets, in which user buys: a

@@ -13,8 +13,12 @@ import (
 //
 //	F:S:PAYBY:AT:QTY:USER
 //
-// F is "q" while the order is queued and "c" once it is in MySQL (the mark
-// script flips that first character and touches nothing else); S is the
+// F is "q" as the reserve script writes it and "c" for an order known to be
+// in MySQL: the repair script writes it so, and so did the mark script of
+// the releases before the created set (Keys.Created), whose records still
+// read as created. An order flagged "q" is in MySQL when its id is in the
+// sale's created set, which the order script reads beside the record (its
+// reply flags such an order "c"); S is the
 // state, one letter (C confirmed, P pending_payment, D paid, X cancelled,
 // E expired); PAYBY the pay_by in Unix ms (0: none); AT the time the order
 // was reserved, in Unix ms; QTY the units; USER the buyer, last because a
@@ -25,7 +29,7 @@ import (
 // "F:QTY:USER": a confirmed order, with neither pay_by nor reservation
 // time.
 type Record struct {
-	Created    bool   // "c": the order is in MySQL
+	Created    bool   // "c": the order is in MySQL (see above for "q")
 	State      string // one of order's State constants
 	PayBy      int64  // Unix ms; 0 for none
 	ReservedAt int64  // Unix ms; 0 when unknown (a record of the old form)

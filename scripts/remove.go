@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,35 @@ func (l *Loader) Remove(ctx context.Context, keys []string, args ...any) (int64,
 		return 0, replyError(Remove, err)
 	}
 	return n, nil
+}
+
+// Remarked is the name of package repair's record that the orders of a
+// sale MySQL holds were marked created again, lua/remarked.lua. Like
+// Remove it is outside the set: it sells nothing, is right whatever state
+// Redis is in, and is always the built-in copy.
+const Remarked = "remarked"
+
+// remarkedScript is the built-in remarked.lua.
+var remarkedScript = redis.NewScript(mustBuiltin(Remarked))
+
+// Remarked runs the remarked script: KEYS the meta hash of one sale (or
+// bucket), cseq the seq up to which the orders MySQL holds of it were
+// marked created again. It reports whether meta cseq moved (not when the
+// sale is held, or was last checked under another history of this Redis,
+// or is there already). Like Remove it needs no Load, is not in Stats,
+// blocks for one or two round trips bounded by ctx, returns the error of
+// Redis or the connection, or one wrapping ErrReply, and is safe for
+// concurrent use.
+func (l *Loader) Remarked(ctx context.Context, meta string, cseq int64) (bool, error) {
+	v, err := remarkedScript.Run(ctx, l.rdb, []string{meta}, cseq).Result()
+	if err != nil {
+		return false, err
+	}
+	n, err := decodeCount(v)
+	if err != nil || n > 1 {
+		return false, replyError(Remarked, fmt.Errorf("reply %#v, want 0 or 1", v))
+	}
+	return n == 1, nil
 }
 
 // mustBuiltin returns the built-in source of the script name; the build

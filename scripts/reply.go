@@ -427,13 +427,6 @@ func decodeCount(v any) (int64, error) {
 	return n, nil
 }
 
-// Mark runs the mark script (KEYS the orders hash of one sale, ARGV the
-// order ids) and returns how many records it flipped to "in MySQL". It
-// blocks as Run does, returns Run's errors, or one wrapping ErrReply.
-func (l *Loader) Mark(ctx context.Context, keys []string, args ...any) (int64, error) {
-	return call(ctx, l, Mark, decodeCount, keys, args)
-}
-
 // decodeHold reads the hold script's reply {held (0 or 1), run id}.
 func decodeHold(v any) (held bool, err error) {
 	a, ok := v.([]any)

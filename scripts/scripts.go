@@ -35,7 +35,7 @@
 // holds the set in use.
 //
 // Each script's reply is decoded in one place, by the typed call of its
-// shape (Loader.Reserve, Admin, Ping, Order, Sweep, Move, Repair, Mark):
+// shape (Loader.Reserve, Admin, Ping, Order, Sweep, Move, Repair):
 // a reply of another shape is an error wrapping ErrReply, never a value
 // read. The relay's remove script (Loader.Remove) is outside the set: see
 // Remove.
@@ -63,7 +63,6 @@ import (
 const (
 	Reserve = "reserve"
 	Admin   = "admin"
-	Mark    = "mark"
 	Order   = "order"
 	Hold    = "hold"
 	Repair  = "repair"
@@ -71,7 +70,7 @@ const (
 	Queue   = "queue"
 )
 
-var names = []string{Admin, Hold, Mark, Move, Order, Queue, Repair, Reserve}
+var names = []string{Admin, Hold, Move, Order, Queue, Repair, Reserve}
 
 // Names returns the names of the scripts every set must have, sorted: a
 // folder given as scripts.dir holds one NAME.lua of each.
@@ -395,7 +394,7 @@ var ErrNotLoaded = errors.New("scripts: not loaded")
 
 // Run calls the named script with EVALSHA and returns its reply, as
 // go-redis read it; the typed calls (Reserve, Admin, Ping, Order, Sweep,
-// Move, Repair, Mark) run a script through Run and decode its reply, and
+// Move, Repair) run a script through Run and decode its reply, and
 // are what callers use. On
 // NOSCRIPT (counted in Stats.NoScript) it loads the set in use again, from
 // the sources the Loader keeps and hold pass first, unless another call has

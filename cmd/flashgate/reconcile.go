@@ -21,17 +21,21 @@ var errDrift = errors.New("drift")
 // reconcilePoll is how often --wait measures again.
 const reconcilePoll = 250 * time.Millisecond
 
-// runReconcile is `flashgate reconcile --sale ID [--wait D]`: it compares
-// the sale in Redis with MySQL, prints every figure and every disagreement,
-// and returns errDrift when there is one. With --wait it measures again until
-// there is none or D has passed, so that orders still on their way are not
-// reported as drift.
+// runReconcile is `flashgate reconcile --sale ID [--wait D] [--mark]`: it
+// compares the sale in Redis with MySQL, prints every figure and every
+// disagreement, and returns errDrift when there is one. With --wait it
+// measures again until there is none or D has passed, so that orders still
+// on their way are not reported as drift. With --mark it then marks created
+// the orders in MySQL whose order view still says queued (a consumer's mark
+// lost: reconcile.MarkQueued).
 func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 	var sale string
 	var wait time.Duration
+	var mark bool
 	cfg, err := parseConfig("reconcile", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&sale, "sale", "", "the sale to reconcile (required)")
 		fs.DurationVar(&wait, "wait", 0, "measure again until no drift or this long has passed (e.g. 30s)")
+		fs.BoolVar(&mark, "mark", false, "then mark created the orders in MySQL whose order view says queued")
 	})
 	if err != nil {
 		return err
@@ -62,6 +66,15 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 		drift := r.Drift()
 		if len(drift) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 			printReport(stdout, r, drift)
+			if mark && r.Queued > 0 {
+				mctx, cancel := context.WithTimeout(ctx, time.Minute)
+				n, err := reconcile.MarkQueued(mctx, rdb, keys, r)
+				cancel()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "marked %d orders created\n", n)
+			}
 			if len(drift) > 0 {
 				return fmt.Errorf("%w: sale %s: %d disagreement(s)", errDrift, sale, len(drift))
 			}
@@ -92,6 +105,8 @@ func printReport(w io.Writer, r *reconcile.Report, drift []string) {
 	fmt.Fprintf(w, "  orders: %d missing, %d unknown to Redis, %d mismatched, %d unreadable in Redis\n",
 		r.Missing, r.Unknown, r.Mismatched, r.BadRecords)
 	fmt.Fprintf(w, "  states: %d differ, %d in transit (their change is in the outbox)\n", r.StateDiffers, r.StateInTransit)
+	fmt.Fprintf(w, "  order view: %d in MySQL read queued (marks on their way, or lost: --mark), %d read created with no row\n",
+		r.Queued, r.CreatedNoRow)
 	for _, e := range r.Examples {
 		fmt.Fprintf(w, "    %s\n", e)
 	}

@@ -66,7 +66,7 @@ func TestFailedReloadSurvivesRedisRestart(t *testing.T) {
 		return a.OrderID
 	}
 	// created waits until the order is in MySQL and marked so in Redis by
-	// the consumer, which needs its scripts loaded for that.
+	// the consumer.
 	created := func(id string) {
 		t.Helper()
 		localstack.WaitFor(t, time.Minute, "order "+id+" created", func() bool {
@@ -76,8 +76,9 @@ func TestFailedReloadSurvivesRedisRestart(t *testing.T) {
 	}
 	noscript := func() float64 { return scrapeURL(t, "http://"+g.admin+"/metrics")["flashgate_script_noscript_total"] }
 
-	// The consumer loads its set at its first script call: one order
-	// through to MySQL makes sure it has, before the folder breaks.
+	// The consumer loads its set at its start, in the background: one
+	// order through to MySQL gives it the time to, before the folder
+	// breaks.
 	created(buy("u0", 10*time.Second))
 	inUse, err := c.Scripts(bg(t, 10*time.Second))
 	if err != nil || inUse.Folder != admin.FolderSame || inUse.ReadAt == nil {

@@ -137,8 +137,10 @@ if op == 'upsert' then
   if not exists then
     -- rid: the history of this Redis the sale was created under, so that
     -- it is held only after a restart or a promotion (the hold script).
+    -- cseq: the repair marks created again the orders in MySQL with an
+    -- event after it (package repair); 0, all of them, for a new sale.
     created = 1
-    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0, 'born', now,
+    redis.call('HSET', KEYS[1], 'sold', 0, 'locked', 0, 'born', now, 'cseq', 0,
       'rid', string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)'))
     if buckets ~= '' and tonumber(buckets) > 1 then
       redis.call('HSET', KEYS[1], 'buckets', buckets, 'names', names, 'moved', 0)

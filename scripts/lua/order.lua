@@ -4,7 +4,9 @@
 --
 -- KEYS[1] meta hash, KEYS[2] users hash, KEYS[3] outbox stream,
 -- KEYS[4] orders hash (order id -> record "F:S:PAYBY:AT:QTY:USER", scripts/record.go),
--- KEYS[5] due sorted set (order id -> pay_by ms, of orders awaiting payment)
+-- KEYS[5] due sorted set (order id -> pay_by ms, of orders awaiting payment),
+-- KEYS[6] created set (the order ids in MySQL, added by the consumers; pay,
+-- cancel and get only, a sweep needs none)
 -- ARGV[1] the operation, ARGV[2] the pub/sub channel on which a sale that
 -- was sold out and has units again is announced (gateways forget that they
 -- remembered it sold out), ARGV[3] the sale id, then the operation's own:
@@ -31,8 +33,9 @@
 -- and a sweep expires nothing and asks to be called again in a second.
 --
 -- pay, cancel and get return {code, record, now, changed}: record is the
--- order's record as the call left it ('' for ORDER_NOT_FOUND), changed is 1
--- when the call changed the order (also when it expired it). sweep returns
+-- order's record as the call left it ('' for ORDER_NOT_FOUND), flagged 'c'
+-- (in MySQL) when it is so or its id is in the created set, and changed is
+-- 1 when the call changed the order (also when it expired it). sweep returns
 -- {now, next, id1, payby1, id2, payby2, ...}: the orders it expired with
 -- their pay_by, and next, the pay_by of the earliest order still awaiting
 -- payment (0: none).
@@ -166,6 +169,10 @@ local v = redis.call('HGET', KEYS[4], oid)
 if not v then return {ORDER_NOT_FOUND, '', now, 0} end
 local o = parse(v)
 if not o then return redis.error_reply('ERR order: unreadable record of ' .. oid) end
+-- The consumers mark an order in MySQL by adding its id to the created set;
+-- a record flagged 'c' (an older release's mark, or the repair's) is so
+-- already. A change below writes the flag it read, which is true either way.
+if o.flag == 'q' and KEYS[6] and redis.call('SISMEMBER', KEYS[6], oid) == 1 then o.flag = 'c' end
 
 local code, changed = OK, 0
 if op == 'get' then
