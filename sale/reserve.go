@@ -123,6 +123,10 @@ func (s *Store) reserveOn(ctx context.Context, id, sale string, rs []Reservation
 	r, err := s.loader.Reserve(ctx, keys, sale, &b)
 	unconfirmed := errors.Is(err, scripts.ErrUnconfirmed)
 	if err != nil && !unconfirmed {
+		// The script may have run and written (its reply lost, the call
+		// timed out after it): the relay is told, so that it reads the
+		// outbox now rather than at its next scan.
+		s.changedOn(id, true)
 		return fmt.Errorf("reserve %s: %w: %w", id, ErrUnavailable, err)
 	}
 	wrote, held := false, false
