@@ -10,7 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // Client sends the run's requests and records them in History. It is safe
@@ -18,6 +21,8 @@ import (
 type Client struct {
 	History *History
 	hc      *http.Client
+	secret  []byte
+	tokens  sync.Map // user → "Bearer …"
 }
 
 // requestTimeout bounds one request: past it, the request is ambiguous.
@@ -26,10 +31,27 @@ type Client struct {
 const requestTimeout = 3 * time.Second
 
 // NewClient is a client recording into h; CloseIdleConnections releases
-// its connections.
-func NewClient(h *History) *Client {
+// its connections. With a secret (the gateways' buyer.jwt_secret) each buy
+// carries its buyer's token, as a shop's login would issue it.
+func NewClient(h *History, secret string) *Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-	return &Client{History: h, hc: &http.Client{Timeout: requestTimeout, Transport: tr}}
+	return &Client{History: h, hc: &http.Client{Timeout: requestTimeout, Transport: tr}, secret: []byte(secret)}
+}
+
+// token is the Authorization value of user's buyer token, valid for a day
+// (longer than any run), signed once per user.
+func (c *Client) token(user string) string {
+	if v, ok := c.tokens.Load(user); ok {
+		return v.(string)
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": user, "exp": time.Now().Add(24 * time.Hour).Unix(),
+	}).SignedString(c.secret)
+	if err != nil {
+		panic(err) // HS256 with a key never fails
+	}
+	c.tokens.Store(user, "Bearer "+tok)
+	return "Bearer " + tok
 }
 
 // CloseIdleConnections closes the client's idle connections.
@@ -43,7 +65,7 @@ type reply struct {
 }
 
 // do sends one request and fills rec's times and answer.
-func (c *Client) do(ctx context.Context, rec *Record, method, u, key string, body any) {
+func (c *Client) do(ctx context.Context, rec *Record, method, u, key, auth string, body any) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -56,6 +78,9 @@ func (c *Client) do(ctx context.Context, rec *Record, method, u, key string, bod
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	rec.In.Call = c.History.Now()
 	res, err := c.hc.Do(req)
@@ -86,7 +111,11 @@ func (c *Client) do(ctx context.Context, rec *Record, method, u, key string, bod
 // key ("" for none), and records it.
 func (c *Client) Buy(ctx context.Context, client int, gw *Proc, sale, user string, qty int, key string) Record {
 	rec := Record{Sale: sale, Client: client, In: Input{Kind: KindBuy, User: user, Qty: qty, Key: key}}
-	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Public+"/v1/sales/"+url.PathEscape(sale)+"/orders", key,
+	var auth string
+	if len(c.secret) > 0 {
+		auth = c.token(user)
+	}
+	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Public+"/v1/sales/"+url.PathEscape(sale)+"/orders", key, auth,
 		map[string]any{"user_id": user, "quantity": qty})
 	c.History.Add(rec)
 	return rec
@@ -96,7 +125,7 @@ func (c *Client) Buy(ctx context.Context, client int, gw *Proc, sale, user strin
 // records it.
 func (c *Client) Order(ctx context.Context, client int, gw *Proc, kind, sale, id string) Record {
 	rec := Record{Sale: sale, Client: client, In: Input{Kind: kind, Order: id}}
-	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale)+"/orders/"+url.PathEscape(id)+"/"+kind, "", nil)
+	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale)+"/orders/"+url.PathEscape(id)+"/"+kind, "", "", nil)
 	c.History.Add(rec)
 	return rec
 }
@@ -110,6 +139,6 @@ func (c *Client) Sale(ctx context.Context, client int, gw *Proc, kind, sale stri
 	if kind == KindRestock {
 		body = map[string]any{"quantity": qty}
 	}
-	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale)+"/"+kind, "", body)
+	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale)+"/"+kind, "", "", body)
 	return rec
 }

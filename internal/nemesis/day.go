@@ -112,8 +112,9 @@ func (d *Day) Run(ctx context.Context) error {
 			return err
 		}
 		arng := rand.New(rand.NewPCG(d.o.Seed, uint64(10_000+n)))
+		client := d.o.Buyers + n
 		admins.Go(func() {
-			d.admin(ctx, s, d.o.Buyers+n, arng)
+			d.admin(ctx, s, client, arng)
 			d.mu.Lock()
 			d.open = slices.DeleteFunc(d.open, func(o *DaySale) bool { return o == s })
 			d.mu.Unlock()

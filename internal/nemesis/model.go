@@ -83,12 +83,17 @@ type state struct {
 	lockedUntil, zeroUntil int64
 	units                  map[string]int
 	orders                 map[string]modelOrder
+	// keys are the Idempotency-Keys of the sale's orders: a buy with one
+	// of them is answered its order again. A refused buy keeps no key
+	// (scripts/lua/reserve.lua; TestRefusedKeyBuysLater).
+	keys map[string]string
 }
 
 func (s *state) clone() *state {
 	c := *s
 	c.units = maps.Clone(s.units)
 	c.orders = maps.Clone(s.orders)
+	c.keys = maps.Clone(s.keys)
 	return &c
 }
 
@@ -104,6 +109,10 @@ func (s *state) key() string {
 	b.WriteByte('|')
 	for _, id := range slices.Sorted(maps.Keys(s.orders)) {
 		b.WriteString(id + "=" + string(s.orders[id].state) + ",")
+	}
+	b.WriteByte('|')
+	for _, k := range slices.Sorted(maps.Keys(s.keys)) {
+		b.WriteString(k + "=" + s.keys[k] + ",")
 	}
 	return b.String()
 }
@@ -131,7 +140,8 @@ type SaleSpec struct {
 func Model(spec SaleSpec) porcupine.Model {
 	return porcupine.Model{
 		Init: func() any {
-			return &state{remaining: spec.Stock, lockedUntil: never, zeroUntil: never, units: map[string]int{}, orders: map[string]modelOrder{}}
+			return &state{remaining: spec.Stock, lockedUntil: never, zeroUntil: never,
+				units: map[string]int{}, orders: map[string]modelOrder{}, keys: map[string]string{}}
 		},
 		Step: func(st, in, out any) (bool, any) {
 			s := st.(*state)
@@ -221,6 +231,11 @@ func stepBuy(spec SaleSpec, s *state, in Input, out Output) (bool, *state) {
 	// A request without an Idempotency-Key may be refused from a gateway's
 	// memory of closed sales; one with a key always goes to Redis.
 	cached := in.Key == ""
+	if id, ok := s.keys[in.Key]; ok && !cached {
+		// A repeat of a key that bought: the first answer again, nothing
+		// reserved.
+		return out.Code == 202 && out.Order == id, s
+	}
 	mayBeStaleLocked := cached && in.Call <= s.lockedUntil+spec.Stale
 	mayBeStaleZero := cached && in.Call <= s.zeroUntil+spec.Stale
 	held := s.units[in.User]
@@ -257,6 +272,9 @@ func stepBuy(spec SaleSpec, s *state, in Input, out Output) (bool, *state) {
 			st = stPending
 		}
 		n.orders[out.Order] = modelOrder{user: in.User, qty: in.Qty, state: st, payBy: out.PayBy}
+		if !cached {
+			n.keys[in.Key] = out.Order
+		}
 		return true, n
 	}
 	return false, s

@@ -35,6 +35,9 @@ func TestModel(t *testing.T) {
 		}
 		return o
 	}
+	seq := func(o order.Order, n int64) order.Order { o.Seq = n; return o }
+	key := func(o order.Order, k string) order.Order { o.IdemKey = k; return o }
+	reservedAt := func(o order.Order, at int64) order.Order { o.ReservedAt = time.Unix(0, at); return o }
 	at := func(t time.Time) int64 { return t.UnixNano() }
 	const end = 10_000 * ms
 	tests := []struct {
@@ -92,9 +95,30 @@ func TestModel(t *testing.T) {
 		{name: "a timed-out buy that did not happen", spec: spec,
 			recs: []Record{ambiguous(buy(0, "a", 0, 10*ms, 0, "", "")), buy(1, "b", 20*ms, 30*ms, 202, "accepted", "o2")},
 			rows: []order.Order{row("o2", "b", order.StateConfirmed, 0)}, want: porcupine.Ok},
+		{name: "an expiry numbered before a sale that returned before pay_by", spec: window, bad: true,
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), buy(1, "b", 100*ms, 110*ms, 202, "accepted", "o2")},
+			rows: []order.Order{seq(row("o1", "a", order.StateExpired, 2000*ms), 3), seq(row("o2", "b", order.StatePendingPayment, 2100*ms), 4)}},
+		{name: "an expiry numbered before a sale after pay_by", spec: window,
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), buy(1, "b", 2500*ms, 2510*ms, 202, "accepted", "o2")},
+			rows: []order.Order{seq(row("o1", "a", order.StateExpired, 2000*ms), 3), seq(row("o2", "b", order.StatePendingPayment, 4500*ms), 4)},
+			want: porcupine.Ok},
+		{name: "a refused key buys later", spec: spec,
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), keyed(buy(1, "b", 20*ms, 30*ms, 410, "sold_out", ""), "k"),
+				onOrder(KindCancel, "o1", 40*ms, 50*ms, 200, "queued"), keyed(buy(1, "b", 60*ms, 70*ms, 202, "accepted", "o2"), "k")},
+			rows: []order.Order{row("o1", "a", order.StateCancelled, 0), reservedAt(key(row("o2", "b", order.StateConfirmed, 0), "k"), 65*ms)}, want: porcupine.Ok},
+		{name: "a key refused after it bought", spec: spec,
+			recs: []Record{keyed(buy(1, "b", 0, 10*ms, 202, "accepted", "o1"), "k"), keyed(buy(1, "b", 20*ms, 30*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{key(row("o1", "b", order.StateConfirmed, 0), "k")}, want: porcupine.Illegal},
+		{name: "a key answered again", spec: spec,
+			recs: []Record{keyed(buy(1, "b", 0, 10*ms, 202, "accepted", "o1"), "k"), keyed(buy(1, "b", 20*ms, 30*ms, 202, "accepted", "o1"), "k")},
+			rows: []order.Order{key(row("o1", "b", order.StateConfirmed, 0), "k")}, want: porcupine.Ok},
+		{name: "a key whose lost answer bought", spec: spec,
+			recs: []Record{ambiguous(keyed(buy(1, "b", 0, 10*ms, 0, "", ""), "k")), keyed(buy(1, "b", 20*ms, 30*ms, 202, "accepted", "o1"), "k"),
+				buy(0, "a", 40*ms, 50*ms, 410, "sold_out", "")},
+			rows: []order.Order{key(row("o1", "b", order.StateConfirmed, 0), "k")}, want: porcupine.Ok},
 		{name: "a key answered with two orders", spec: spec, bad: true,
 			recs: []Record{keyed(buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), "k"), keyed(buy(0, "a", 20*ms, 30*ms, 202, "accepted", "o2"), "k")},
-			rows: []order.Order{row("o1", "a", order.StateConfirmed, 0)}, want: porcupine.Ok},
+			rows: []order.Order{key(row("o1", "a", order.StateConfirmed, 0), "k")}, want: porcupine.Ok},
 		{name: "a row nobody asked for", spec: spec, bad: true,
 			rows: []order.Order{row("o9", "z", order.StateConfirmed, 0)}, want: porcupine.Ok},
 	}

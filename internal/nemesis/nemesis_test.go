@@ -27,7 +27,7 @@ import (
 // default, the short form that `make test` runs: a fixed set of seeds,
 // a short day each.
 var (
-	flagDuration = flag.Duration("nemesis.duration", 30*time.Second, "how long each seed's sale day lasts")
+	flagDuration = flag.Duration("nemesis.duration", 20*time.Second, "how long each seed's sale day lasts")
 	flagSeed     = flag.Uint64("nemesis.seed", 0, "the one seed to run (0: the fixed set of the short run)")
 )
 
@@ -55,6 +55,11 @@ func TestNemesis(t *testing.T) {
 // memory.
 const closedTTL = 500 * time.Millisecond
 
+// redisTimeout is the gateways' redis.timeout (the default): a reply
+// Redis gave that long ago may still be remembered (closedTTL) from its
+// arrival on.
+const redisTimeout = 500 * time.Millisecond
+
 // checkTimeout bounds porcupine's check of one sale; past it the sale is
 // reported as not checked rather than failed.
 const checkTimeout = 30 * time.Second
@@ -75,12 +80,14 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 	}
 	t.Cleanup(func() { db.Close() })
 
+	// Buyer authentication on: every buy carries its buyer's token.
+	secret := localstack.RandomHex(32)
 	stack := StartStack(t, StackOptions{Bin: bin, Servers: servers, Gateways: 3, Consumers: 2,
-		Env: []string{"FLASHGATE_CLOSED_CACHE_TTL=" + closedTTL.String()}})
+		Env: []string{"FLASHGATE_CLOSED_CACHE_TTL=" + closedTTL.String(), "FLASHGATE_BUYER_JWT_SECRET=" + secret}})
 	history := NewHistory()
-	client := NewClient(history)
+	client := NewClient(history, secret)
 	t.Cleanup(client.CloseIdleConnections)
-	day := NewDay(DayOptions{Seed: seed, Buyers: 6, Open: 4, SaleLife: 12 * time.Second, Stale: closedTTL + 500*time.Millisecond},
+	day := NewDay(DayOptions{Seed: seed, Buyers: 6, Open: 4, SaleLife: 12 * time.Second, Stale: closedTTL + redisTimeout + 500*time.Millisecond},
 		stack, client, "n"+localstack.RandomHex(3))
 	nem := NewNemesis(rand.New(rand.NewPCG(seed, 0)), stack, redis, time.Now())
 
@@ -155,7 +162,8 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 					open[in.Kind]++
 				}
 			}
-			t.Logf("DEBUG %s window=%v stock=%d limit=%d kinds %v open %v", s.Spec.ID, s.Spec.Window, s.Spec.Stock, s.Spec.Limit, kinds, open)
+			t.Logf("%s (payment window %t, stock %d, limit %d): operations %v, of which end with the run: %v",
+				s.Spec.ID, s.Spec.Window, s.Spec.Stock, s.Spec.Limit, kinds, open)
 			t.Logf("%s: the check of %d operations timed out; not counted", s.Spec.ID, verdict.Ops)
 		}
 	}

@@ -110,7 +110,7 @@ func (r *resolver) buySeq(id string) int64 {
 func (r *resolver) reserved(in Input, row order.Order) Input {
 	at := r.at(row.ReservedAt)
 	in.Call = max(in.Call, at-r.spec.Skew)
-	in.Return = min(r.end, at+int64(time.Millisecond)+r.spec.Skew)
+	in.Return = min(in.Return, r.end, at+int64(time.Millisecond)+r.spec.Skew)
 	if in.Return < in.Call {
 		r.problem("order %s was reserved at %v, before its buy was sent", row.OrderID, row.ReservedAt)
 		in.Return = r.end
@@ -204,47 +204,68 @@ func (r *resolver) buys(recs []Record) {
 	r.unkeyed(ambiguous)
 }
 
-// keyed merges the requests of one Idempotency-Key into one operation:
-// the key's first run happened between the first call and the first
-// definite answer, and every definite answer must be that run's.
+// keyed resolves the requests of one Idempotency-Key. A refusal keeps no
+// key, so each refusal is an operation of its own; the reservation, if
+// MySQL holds an order with the key, was made by one of the requests that
+// had no answer or were answered 202, between the first one's call and
+// the first 202 (the others answered it again, which the model checks).
 func (r *resolver) keyed(key string, recs []Record) {
-	in := recs[0].In
-	in.Call = slices.MinFunc(recs, func(a, b Record) int { return cmp.Compare(a.In.Call, b.In.Call) }).In.Call
-	var first *Record
+	var reserving []Record
+	var first *Record // the earliest-returning 202
 	for i := range recs {
 		rec := &recs[i]
-		if rec.Ambiguous {
-			continue
-		}
-		if first == nil || rec.In.Return < first.In.Return {
-			if first != nil && !sameAnswer(first.Out, rec.Out) {
-				r.problem("Idempotency-Key %s answered %s and %s", key, answer(first.Out), answer(rec.Out))
+		switch {
+		case rec.Ambiguous:
+			reserving = append(reserving, *rec)
+		case rec.Out.Code == 202:
+			reserving = append(reserving, *rec)
+			if first == nil || rec.In.Return < first.In.Return {
+				first = rec
 			}
-			first = rec
-		} else if !sameAnswer(first.Out, rec.Out) {
-			r.problem("Idempotency-Key %s answered %s and %s", key, answer(first.Out), answer(rec.Out))
+		default:
+			r.add(rec.Client, rec.In, rec.Out, 0)
 		}
 	}
-	if first != nil {
-		in.Return = first.In.Return
-		r.add(recs[0].Client, in, first.Out, r.buySeq(first.Out.Order))
-		if first.Out.Code == 202 {
-			r.claim(in, first.Out)
+	for _, rec := range recs {
+		if !rec.Ambiguous && rec.Out.Code == 202 && rec.Out.Order != first.Out.Order {
+			r.problem("Idempotency-Key %s answered two orders, %s and %s", key, first.Out.Order, rec.Out.Order)
 		}
+	}
+	var row order.Order
+	found := false
+	for _, id := range slices.Sorted(maps.Keys(r.rows)) {
+		if o := r.rows[id]; o.IdemKey == key {
+			row, found = o, true
+			break
+		}
+	}
+	if !found {
+		if first != nil {
+			r.claim(first.In, first.Out) // reports the 202 missing from MySQL
+		}
+		r.out.Dropped += len(reserving)
 		return
 	}
-	// No answer: MySQL's row with this key, if any, is its order.
-	for _, id := range slices.Sorted(maps.Keys(r.rows)) {
-		row := r.rows[id]
-		if row.IdemKey == key && !r.claimed[id] {
-			in = r.reserved(in, row)
-			out := Output{Code: 202, Status: "accepted", Order: id, PayBy: r.payBy(row)}
-			r.add(recs[0].Client, in, out, r.buySeq(id))
-			r.claim(in, out)
-			return
+	in := reserving[0].In
+	for _, rec := range reserving {
+		in.Call = min(in.Call, rec.In.Call)
+	}
+	out := Output{Code: 202, Status: "accepted", Order: row.OrderID, PayBy: r.payBy(row)}
+	if first != nil {
+		in.Return = first.In.Return
+		out = first.Out
+	} else {
+		in.Return = r.end
+	}
+	in = r.reserved(in, row)
+	r.add(reserving[0].Client, in, out, r.buySeq(row.OrderID))
+	r.claim(in, out)
+	// The other 202s answered the reservation again.
+	for i := range recs {
+		if rec := &recs[i]; !rec.Ambiguous && rec.Out.Code == 202 && rec != first {
+			r.add(rec.Client, rec.In, rec.Out, 0)
 		}
 	}
-	r.out.Dropped += len(recs)
 }
 
 // unkeyed gives each row no answer named to an ambiguous buy of the same
@@ -272,7 +293,9 @@ func (r *resolver) unkeyed(ambiguous []Record) {
 				continue
 			}
 			used[i], found = true, true
-			in := r.reserved(rec.In, row)
+			in := rec.In
+			in.Return = r.end
+			in = r.reserved(in, row)
 			out := Output{Code: 202, Status: "accepted", Order: row.OrderID, PayBy: r.payBy(row)}
 			r.add(rec.Client, in, out, r.buySeq(row.OrderID))
 			r.claim(in, out)
@@ -399,16 +422,4 @@ func (r *resolver) expiries() {
 		in := Input{Kind: KindExpire, Order: id, PayBy: pb, Call: min(pb-r.spec.Skew, r.end), Return: r.end}
 		r.add(-1, in, Output{Code: 200, Status: "ok"}, row.Seq)
 	}
-}
-
-func sameAnswer(a, b Output) bool {
-	return a.Code == b.Code && a.Status == b.Status && a.Order == b.Order
-}
-
-func answer(o Output) string {
-	s := fmt.Sprintf("%d %s", o.Code, o.Status)
-	if o.Order != "" {
-		s += " " + o.Order
-	}
-	return s
 }

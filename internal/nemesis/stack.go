@@ -167,7 +167,7 @@ func proxied(n *Net, name, raw string) (string, error) {
 func (p *Proc) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.p != nil && p.p.Err() == nil {
+	if p.p != nil {
 		select {
 		case <-p.p.Exited():
 		default:
