@@ -139,7 +139,7 @@ test-ha: up-ha tools
 # DURATION under faults thrown at random, drawn from SEED (by default the
 # clock's seconds; the run prints it, and a failing run its fault schedule
 # too: SEED=N replays it), then the history checked. `make test` runs the
-# short form (a few fixed seeds, 30 s each). NEMESIS_TIMEOUT must leave the
+# short form (a few fixed seeds, 20 s each). NEMESIS_TIMEOUT must leave the
 # day a few minutes beyond DURATION to settle and be checked.
 DURATION ?= 30m
 SEED ?= $(shell date +%s)
