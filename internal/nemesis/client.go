@@ -62,6 +62,11 @@ type reply struct {
 	Status  string     `json:"status"`
 	OrderID string     `json:"order_id"`
 	PayBy   *time.Time `json:"pay_by"`
+	// The admin view's figures.
+	Remaining int  `json:"remaining"`
+	Buyers    int  `json:"buyers"`
+	Pending   int  `json:"pending_payment"`
+	Locked    bool `json:"locked"`
 }
 
 // do sends one request and fills rec's times and answer.
@@ -97,6 +102,9 @@ func (c *Client) do(ctx context.Context, rec *Record, method, u, key, auth strin
 	var r reply
 	_ = json.Unmarshal(data, &r)
 	rec.Out = Output{Code: res.StatusCode, Status: r.Status, Order: r.OrderID}
+	if rec.In.Kind == KindView {
+		rec.Out.View = ViewFigures{Remaining: r.Remaining, Buyers: r.Buyers, Pending: r.Pending, Locked: r.Locked}
+	}
 	if r.PayBy != nil {
 		rec.Out.PayBy = c.History.At(*r.PayBy)
 	}
@@ -126,6 +134,15 @@ func (c *Client) Buy(ctx context.Context, client int, gw *Proc, sale, user strin
 func (c *Client) Order(ctx context.Context, client int, gw *Proc, kind, sale, id string) Record {
 	rec := Record{Sale: sale, Client: client, In: Input{Kind: kind, Order: id}}
 	c.do(ctx, &rec, http.MethodPost, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale)+"/orders/"+url.PathEscape(id)+"/"+kind, "", "", nil)
+	c.History.Add(rec)
+	return rec
+}
+
+// View reads the admin view of sale through gw's admin listener, and
+// records it.
+func (c *Client) View(ctx context.Context, client int, gw *Proc, sale string) Record {
+	rec := Record{Sale: sale, Client: client, In: Input{Kind: KindView}}
+	c.do(ctx, &rec, http.MethodGet, "http://"+gw.Admin+"/admin/v1/sales/"+url.PathEscape(sale), "", "", nil)
 	c.History.Add(rec)
 	return rec
 }

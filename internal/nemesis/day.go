@@ -224,8 +224,8 @@ func (d *Day) buyKeyed(ctx context.Context, client int, gw *Proc, s *DaySale, us
 
 // admin drives one sale for its life, then ends it unlocked: every
 // 0.2–1 s a lock (held, then unlocked), a restock (at most three, of 1, 2
-// and 4 units: the stock added tells which happened), a pay or a cancel
-// of one of its orders.
+// and 4 units: the stock added tells which happened), a read of the admin
+// view, a pay or a cancel of one of its orders.
 func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand) {
 	life, cancel := context.WithTimeout(ctx, d.o.SaleLife)
 	defer cancel()
@@ -250,6 +250,8 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 				// time to land before the sale's next admin change.
 				sleep(life, staleAdmin)
 			}
+		case r < 9:
+			d.client.View(life, client, gw(), s.Spec.ID)
 		default:
 			kind := KindPay
 			if rng.IntN(3) == 0 {

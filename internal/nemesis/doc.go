@@ -13,11 +13,12 @@
 // a restart of the run's own Redis. Everything is drawn from one seed,
 // printed, so that a run can be replayed.
 //
-// After the run the history is checked (Check): each sale's operations,
-// with the orders the run's end found in MySQL, must be linearizable
-// against a model of a sale (Model: stock, per-user limit, lock, restock,
-// order states and expiry), checked by porcupine; and the end state must
-// hold the invariants (every 202 exactly once in MySQL, no row without a
-// reservation, the admin view equal to MySQL, no user over the limit, no
-// Idempotency-Key with two orders).
+// After the run each sale's records are resolved against the orders the
+// run's end found in MySQL (Resolve: a request without an answer happened
+// or did not, and MySQL says which), and checked: linearizable against a
+// model of a sale (Model: stock, per-user limit, lock, restock, order
+// states and expiry) by porcupine (Linearizable), and an end state that
+// holds the invariants (CheckEnd: the admin view equal to MySQL, no user
+// over the limit; Resolve: every 202 exactly once in MySQL, no row without
+// a request, no Idempotency-Key with two orders).
 package nemesis

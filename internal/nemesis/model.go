@@ -23,6 +23,10 @@ const (
 	KindLock    = "lock"
 	KindUnlock  = "unlock"
 	KindRestock = "restock"
+	// KindView is a read of the admin view, which Redis serves atomically
+	// (sale.View): it pins the sale's figures at one point, expiries
+	// included.
+	KindView = "view"
 	// KindExpire is not a request: the sweeper (or a late pay or cancel)
 	// expiring an order the run's end found expired, placed by the checker
 	// anywhere from the order's pay_by on.
@@ -45,13 +49,21 @@ type Input struct {
 	Call, Return int64
 }
 
-// Output is an operation's answer: the HTTP code, the body's status, and
-// for a 202 the order id and its pay_by (0 without a payment window).
+// Output is an operation's answer: the HTTP code, the body's status, for
+// a 202 the order id and its pay_by (0 without a payment window), and for
+// a view the admin view's figures.
 type Output struct {
 	Code   int
 	Status string
 	Order  string
 	PayBy  int64
+	View   ViewFigures
+}
+
+// ViewFigures are the admin view's figures that the model keeps too.
+type ViewFigures struct {
+	Remaining, Buyers, Pending int
+	Locked                     bool
 }
 
 // Order states, as the model keeps them.
@@ -179,6 +191,9 @@ func describe(in Input, out Output) string {
 		op = in.Kind + "(" + in.Order + ")"
 	case KindRestock:
 		op = fmt.Sprintf("restock(%d)", in.Qty)
+	case KindView:
+		v := out.View
+		return fmt.Sprintf("view() → %d remaining, %d buyers, %d pending, locked %t", v.Remaining, v.Buyers, v.Pending, v.Locked)
 	default:
 		op = in.Kind + "()"
 	}
@@ -212,8 +227,26 @@ func step(spec SaleSpec, s *state, in Input, out Output) (bool, *state) {
 			return false, s
 		}
 		return true, s.giveBack(in.Qty, in.Return)
+	case KindView:
+		return out.Code == 200 && out.View == s.figures(), s
 	}
 	return false, s
+}
+
+// figures are what the admin view of s says.
+func (s *state) figures() ViewFigures {
+	f := ViewFigures{Remaining: s.remaining, Locked: s.locked}
+	for _, n := range s.units {
+		if n > 0 {
+			f.Buyers++
+		}
+	}
+	for _, o := range s.orders {
+		if o.state == stPending {
+			f.Pending++
+		}
+	}
+	return f
 }
 
 // giveBack is s with units added to the remaining stock by an operation

@@ -28,6 +28,9 @@ func TestModel(t *testing.T) {
 	admin := func(kind string, qty int, call, ret int64) Record {
 		return Record{Sale: "s", Client: 8, In: Input{Kind: kind, Qty: qty, Call: call, Return: ret}, Out: Output{Code: 200, Status: "ok"}}
 	}
+	view := func(call, ret int64, f ViewFigures) Record {
+		return Record{Sale: "s", Client: 8, In: Input{Kind: KindView, Call: call, Return: ret}, Out: Output{Code: 200, Status: "ok", View: f}}
+	}
 	row := func(id, user, state string, payBy int64) order.Order {
 		o := order.Order{OrderID: id, SaleID: "s", UserID: user, Quantity: 1, State: state, ReservedAt: time.Unix(0, 5*ms)}
 		if payBy != 0 {
@@ -83,6 +86,14 @@ func TestModel(t *testing.T) {
 		{name: "a unit sold again before pay_by", spec: window,
 			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), buy(1, "b", 1000*ms, 1010*ms, 202, "accepted", "o2")},
 			rows: []order.Order{row("o1", "a", order.StateExpired, 2000*ms), row("o2", "b", order.StatePendingPayment, 3000*ms)}, want: porcupine.Illegal},
+		{name: "a view pins an expiry", spec: window,
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), view(2100*ms, 2110*ms, ViewFigures{Remaining: 1}),
+				keyed(buy(1, "b", 2200*ms, 2210*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{row("o1", "a", order.StateExpired, 2000*ms)}, want: porcupine.Illegal},
+		{name: "a view before the expiry", spec: window,
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), view(2100*ms, 2110*ms, ViewFigures{Buyers: 1, Pending: 1}),
+				keyed(buy(1, "b", 2200*ms, 2210*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{row("o1", "a", order.StateExpired, 2000*ms)}, want: porcupine.Ok},
 		{name: "a buy while locked", spec: spec,
 			recs: []Record{admin(KindLock, 0, 0, 10*ms), buy(0, "a", 20*ms, 30*ms, 202, "accepted", "o1"), admin(KindUnlock, 0, 40*ms, 50*ms)},
 			rows: []order.Order{row("o1", "a", order.StateConfirmed, 0)}, want: porcupine.Illegal},

@@ -371,7 +371,7 @@ func (r *resolver) settle(recs []Record, ended bool, row order.Order) {
 	r.add(merged[0].Client, in, Output{Code: 200, Status: "ok"}, row.Seq)
 }
 
-// admin adds the lock, unlock and restock calls. The admin retries a lock
+// admin adds the lock, unlock and restock calls, and the views. The admin retries a lock
 // or unlock until it has an answer, so those are definite. A restock
 // without an answer happened when the final stock says so: each sale's
 // restocks add distinct powers of two, so the stock added tells which.
@@ -380,6 +380,8 @@ func (r *resolver) admin(recs []Record) {
 	var open []Record
 	for _, rec := range recs {
 		switch {
+		case rec.In.Kind == KindView && rec.Ambiguous:
+			r.out.Dropped++ // a read without an answer changed nothing
 		case !rec.Ambiguous:
 			r.add(rec.Client, rec.In, rec.Out, 0)
 			if rec.In.Kind == KindRestock && rec.Out.Code == 200 {
