@@ -142,7 +142,9 @@ func (d *Day) openSale(ctx context.Context, rng *rand.Rand, n int) (*DaySale, er
 		s.Users = append(s.Users, fmt.Sprintf("u%d", u))
 	}
 	st, lim, win := int64(stock), int64(limit), int64(window)
+	tries := 0
 	err := retryUntil(ctx, 2*time.Minute, func(ctx context.Context) error {
+		tries++
 		gw := d.stack.Gateways[rng.IntN(len(d.stack.Gateways))]
 		c, err := admin.New(admin.ListenerURL(gw.Admin), "")
 		if err != nil {
@@ -154,6 +156,11 @@ func (d *Day) openSale(ctx context.Context, rng *rand.Rand, n int) (*DaySale, er
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create sale %s: %w", id, err)
+	}
+	if tries > 1 {
+		// A PUT without an answer may land later and set the stock back:
+		// let it land before the sale sells and restocks.
+		sleep(ctx, staleAdmin)
 	}
 	d.mu.Lock()
 	d.sales = append(d.sales, s)

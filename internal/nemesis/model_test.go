@@ -130,6 +130,9 @@ func TestModel(t *testing.T) {
 		{name: "a key answered with two orders", spec: spec, bad: true,
 			recs: []Record{keyed(buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), "k"), keyed(buy(0, "a", 20*ms, 30*ms, 202, "accepted", "o2"), "k")},
 			rows: []order.Order{key(row("o1", "a", order.StateConfirmed, 0), "k")}, want: porcupine.Ok},
+		{name: "a row of a key that was refused", spec: spec, bad: true,
+			recs: []Record{keyed(buy(1, "b", 0, 10*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{key(row("o1", "b", order.StateConfirmed, 0), "k")}},
 		{name: "a row nobody asked for", spec: spec, bad: true,
 			rows: []order.Order{row("o9", "z", order.StateConfirmed, 0)}, want: porcupine.Ok},
 	}

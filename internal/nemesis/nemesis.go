@@ -156,11 +156,7 @@ func (n *Nemesis) throw(ev *FaultEvent) (func() error, error) {
 		if err := stop(); err != nil {
 			return nil, err
 		}
-		return func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			return n.redis.Start(ctx)
-		}, nil
+		return func() error { return restartRedis(n.redis) }, nil
 	case FaultDown:
 		names := n.stack.Net.Names()
 		name := names[n.rng.IntN(len(names))]
@@ -201,6 +197,24 @@ func (n *Nemesis) toxic(kind string) Toxic {
 		avg := 2 + n.rng.IntN(16)
 		return Toxic{Type: "slicer", Stream: stream, Attributes: map[string]int{"average_size": avg, "size_variation": n.rng.IntN(avg), "delay": n.rng.IntN(2000)}}
 	}
+}
+
+// restartRedis starts the stopped Redis again on its port and its data,
+// trying a few times: while it was down, a connection of any process may
+// have taken its port as its own end, for a moment.
+func restartRedis(r *localstack.RedisServer) error {
+	var errs []string
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := r.Start(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err.Error())
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("redis-server %s does not start again: %s", r.Addr, strings.Join(errs, "; "))
 }
 
 // restart starts a killed process again, trying a few times: its port

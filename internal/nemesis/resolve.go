@@ -239,6 +239,9 @@ func (r *resolver) keyed(key string, recs []Record) {
 			break
 		}
 	}
+	if found && len(reserving) == 0 {
+		return // every request with the key was refused: unkeyed reports the row
+	}
 	if !found {
 		if first != nil {
 			r.claim(first.In, first.Out) // reports the 202 missing from MySQL
