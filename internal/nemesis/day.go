@@ -28,6 +28,10 @@ type DayOptions struct {
 	SaleLife time.Duration
 	// Stale is the gateways' cache.closed_ttl plus a margin (SaleSpec).
 	Stale time.Duration
+	// Seq, when set, reads a sale's event number from Redis directly (the
+	// test's instrument, past every fault): the watcher records it as a
+	// Probe with each view.
+	Seq func(ctx context.Context, sale string) (int64, error)
 }
 
 // DaySale is one sale of the day: its spec, its buyers, the orders its
@@ -113,12 +117,7 @@ func (d *Day) Run(ctx context.Context) error {
 		}
 		arng := rand.New(rand.NewPCG(d.o.Seed, uint64(10_000+n)))
 		client := d.o.Buyers + n
-		admins.Go(func() {
-			d.admin(ctx, s, client, arng)
-			d.mu.Lock()
-			d.open = slices.DeleteFunc(d.open, func(o *DaySale) bool { return o == s })
-			d.mu.Unlock()
-		})
+		admins.Go(func() { d.admin(ctx, s, client, arng) })
 	}
 	return nil
 }
@@ -236,6 +235,17 @@ func (d *Day) buyKeyed(ctx context.Context, client int, gw *Proc, s *DaySale, us
 func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand) {
 	life, cancel := context.WithTimeout(ctx, d.o.SaleLife)
 	defer cancel()
+	var watch sync.WaitGroup
+	wrng := rand.New(rand.NewPCG(d.o.Seed, uint64(client)<<20))
+	watch.Go(func() { d.watch(life, s, client+1_000_000, wrng) })
+	defer func() {
+		// The sale closes to buyers (the next one opens) while its last
+		// orders run out their payment window under the watcher's eye.
+		d.mu.Lock()
+		d.open = slices.DeleteFunc(d.open, func(o *DaySale) bool { return o == s })
+		d.mu.Unlock()
+		watch.Wait()
+	}()
 	restocks := 0
 	gw := func() *Proc { return d.stack.Gateways[rng.IntN(len(d.stack.Gateways))] }
 	for sleep(life, time.Duration(200+rng.IntN(800))*time.Millisecond) {
@@ -257,7 +267,7 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 				// time to land before the sale's next admin change.
 				sleep(life, staleAdmin)
 			}
-		case r < 9:
+		case r < 6:
 			d.client.View(life, client, gw(), s.Spec.ID)
 		default:
 			kind := KindPay
@@ -268,6 +278,43 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 				d.client.Order(life, client, gw(), kind, s.Spec.ID, id)
 			}
 		}
+	}
+}
+
+// watch reads the sale's admin view every 0.3–0.6 s for its life, then
+// until no order of it awaits payment (up to 15 s more): each view pins the
+// expiries it shows, which the checker would otherwise have to try at
+// every later point of the history.
+func (d *Day) watch(life context.Context, s *DaySale, client int, rng *rand.Rand) {
+	gw := func() *Proc { return d.stack.Gateways[rng.IntN(len(d.stack.Gateways))] }
+	for sleep(life, time.Duration(300+rng.IntN(300))*time.Millisecond) {
+		d.client.View(life, client, gw(), s.Spec.ID)
+		d.probe(life, s)
+	}
+	if s.Window == 0 {
+		return
+	}
+	after, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for sleep(after, time.Duration(300+rng.IntN(300))*time.Millisecond) {
+		rec := d.client.View(after, client, gw(), s.Spec.ID)
+		d.probe(after, s)
+		if !rec.Ambiguous && rec.Out.Code == 200 && rec.Out.View.Pending == 0 {
+			return
+		}
+	}
+}
+
+// probe reads the sale's event number, when the day can (DayOptions.Seq).
+func (d *Day) probe(ctx context.Context, s *DaySale) {
+	if d.o.Seq == nil {
+		return
+	}
+	h := d.client.History
+	call := h.Now()
+	seq, err := d.o.Seq(ctx, s.Spec.ID)
+	if err == nil {
+		d.client.History.AddProbe(Probe{Sale: s.Spec.ID, Seq: seq, Call: call, Return: h.Now()})
 	}
 }
 

@@ -21,16 +21,41 @@ type Record struct {
 	Err string
 }
 
+// Probe is a read of a sale's event number (meta seq) in Redis, made by
+// the test between Call and Return: every change numbered up to Seq had
+// happened by Return. It bounds the changes whose answer was lost, and
+// the expiries, which nobody is answered.
+type Probe struct {
+	Sale         string
+	Seq          int64
+	Call, Return int64
+}
+
 // History is every request of a run, safe for concurrent use. Its clock
 // starts at NewHistory.
 type History struct {
-	start time.Time
-	mu    sync.Mutex
-	recs  []Record
+	start  time.Time
+	mu     sync.Mutex
+	recs   []Record
+	probes map[string][]Probe
 }
 
 // NewHistory starts a history now.
-func NewHistory() *History { return &History{start: time.Now()} }
+func NewHistory() *History { return &History{start: time.Now(), probes: map[string][]Probe{}} }
+
+// AddProbe records p.
+func (h *History) AddProbe(p Probe) {
+	h.mu.Lock()
+	h.probes[p.Sale] = append(h.probes[p.Sale], p)
+	h.mu.Unlock()
+}
+
+// Probes returns the probes of sale.
+func (h *History) Probes(sale string) []Probe {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Probe(nil), h.probes[sale]...)
+}
 
 // Now is the history's clock: nanoseconds since it started.
 func (h *History) Now() int64 { return int64(time.Since(h.start)) }

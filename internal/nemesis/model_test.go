@@ -44,13 +44,14 @@ func TestModel(t *testing.T) {
 	at := func(t time.Time) int64 { return t.UnixNano() }
 	const end = 10_000 * ms
 	tests := []struct {
-		name  string
-		spec  SaleSpec
-		recs  []Record
-		rows  []order.Order
-		stock int
-		want  porcupine.CheckResult
-		bad   bool // resolving finds a problem outside the model
+		name   string
+		spec   SaleSpec
+		recs   []Record
+		rows   []order.Order
+		stock  int
+		probes []Probe
+		want   porcupine.CheckResult
+		bad    bool // resolving finds a problem outside the model
 	}{
 		{name: "one unit, one 202, then sold out", spec: spec,
 			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), buy(1, "b", 20*ms, 30*ms, 410, "sold_out", "")},
@@ -94,6 +95,12 @@ func TestModel(t *testing.T) {
 			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), view(2100*ms, 2110*ms, ViewFigures{Buyers: 1, Pending: 1}),
 				keyed(buy(1, "b", 2200*ms, 2210*ms, 410, "sold_out", ""), "k")},
 			rows: []order.Order{row("o1", "a", order.StateExpired, 2000*ms)}, want: porcupine.Ok},
+		{name: "a probe pins an expiry", spec: window, probes: []Probe{{Sale: "s", Seq: 3, Call: 2100 * ms, Return: 2110 * ms}},
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), keyed(buy(1, "b", 2200*ms, 2210*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{seq(row("o1", "a", order.StateExpired, 2000*ms), 3)}, want: porcupine.Illegal},
+		{name: "a probe before the expiry", spec: window, probes: []Probe{{Sale: "s", Seq: 2, Call: 2100 * ms, Return: 2110 * ms}},
+			recs: []Record{buy(0, "a", 0, 10*ms, 202, "accepted", "o1"), keyed(buy(1, "b", 2200*ms, 2210*ms, 410, "sold_out", ""), "k")},
+			rows: []order.Order{seq(row("o1", "a", order.StateExpired, 2000*ms), 3)}, want: porcupine.Ok},
 		{name: "a buy while locked", spec: spec,
 			recs: []Record{admin(KindLock, 0, 0, 10*ms), buy(0, "a", 20*ms, 30*ms, 202, "accepted", "o1"), admin(KindUnlock, 0, 40*ms, 50*ms)},
 			rows: []order.Order{row("o1", "a", order.StateConfirmed, 0)}, want: porcupine.Illegal},
@@ -142,7 +149,7 @@ func TestModel(t *testing.T) {
 			if stock == 0 {
 				stock = tt.spec.Stock
 			}
-			res := Resolve(tt.spec, tt.recs, Final{Rows: tt.rows, Stock: stock, InitialStock: tt.spec.Stock}, at, end)
+			res := Resolve(tt.spec, tt.recs, Final{Rows: tt.rows, Stock: stock, InitialStock: tt.spec.Stock, Probes: tt.probes}, at, end)
 			if got := len(res.Problems) > 0; got != tt.bad {
 				t.Fatalf("problems %q, want some: %t", res.Problems, tt.bad)
 			}

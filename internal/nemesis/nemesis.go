@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/flashgate/flashgate/internal/localstack"
@@ -23,6 +24,7 @@ const (
 	FaultSlicer   = "slicer"        // data cut in small pieces, each delayed
 	FaultDown     = "proxy_down"    // a proxy disabled: connections closed, new ones refused
 	FaultKill     = "kill9"         // kill -9 of a gateway or consumer, started again at the heal
+	FaultPause    = "pause"         // a gateway or consumer stopped (SIGSTOP), resumed at the heal (SIGCONT)
 	FaultRedis    = "redis_kill9"   // kill -9 of the run's Redis (AOF, fsync always), started again
 	FaultRedisRst = "redis_restart" // a clean restart of the run's Redis
 )
@@ -61,7 +63,7 @@ type Nemesis struct {
 
 // NewNemesis is a nemesis of stack and redis drawing from rng.
 func NewNemesis(rng *rand.Rand, stack *Stack, redis *localstack.RedisServer, start time.Time) *Nemesis {
-	kinds := []string{FaultLatency, FaultTimeout, FaultReset, FaultBand, FaultSlicer, FaultDown, FaultKill}
+	kinds := []string{FaultLatency, FaultTimeout, FaultReset, FaultBand, FaultSlicer, FaultDown, FaultKill, FaultPause}
 	if redis != nil {
 		kinds = append(kinds, FaultRedis, FaultRedisRst)
 	}
@@ -147,6 +149,13 @@ func (n *Nemesis) throw(ev *FaultEvent) (func() error, error) {
 			return nil, err
 		}
 		return func() error { return restart(p) }, nil
+	case FaultPause:
+		p := n.stack.Procs[n.rng.IntN(len(n.stack.Procs))]
+		ev.Target = p.Name
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return nil, err
+		}
+		return func() error { return p.Signal(syscall.SIGCONT) }, nil
 	case FaultRedis, FaultRedisRst:
 		ev.Target = "redis " + n.redis.Addr
 		stop := n.redis.Kill

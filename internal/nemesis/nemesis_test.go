@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/order"
 	"github.com/flashgate/flashgate/orderdb"
+	"github.com/flashgate/flashgate/scripts"
 )
 
 // The run's knobs: `go test ./internal/nemesis -run TestNemesis
@@ -70,9 +72,9 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 	// The run's own Redis, AOF on and written before each answer, so that
 	// a kill -9 loses nothing it answered (a lost second would be a loss
 	// the contract allows, which the model would call a bug).
-	redis := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
+	redisSrv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
 		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--save", ""}})
-	servers, cfg := defaultServers(t, redis.Addr)
+	servers, cfg := defaultServers(t, redisSrv.Addr)
 	migrate(t, bin, servers)
 	db, err := orderdb.Open(cfg.MySQL, nil)
 	if err != nil {
@@ -87,9 +89,19 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 	history := NewHistory()
 	client := NewClient(history, secret)
 	t.Cleanup(client.CloseIdleConnections)
-	day := NewDay(DayOptions{Seed: seed, Buyers: 6, Open: 4, SaleLife: 12 * time.Second, Stale: closedTTL + redisTimeout + 500*time.Millisecond},
+	// The test reads each sale's event number straight from its Redis, past
+	// the proxies, to bound the changes nobody was answered.
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	keys := scripts.Keys{Prefix: servers.KeyPrefix}
+	seqOf := func(ctx context.Context, sale string) (int64, error) {
+		return rdb.HGet(ctx, keys.Meta(sale), "seq").Int64()
+	}
+	day := NewDay(DayOptions{Seed: seed, Buyers: 6, Open: 4, SaleLife: 12 * time.Second,
+		Stale: closedTTL + redisTimeout + 500*time.Millisecond, Seq: seqOf},
 		stack, client, "n"+localstack.RandomHex(3))
-	nem := NewNemesis(rand.New(rand.NewPCG(seed, 0)), stack, redis, time.Now())
+	nem := NewNemesis(rand.New(rand.NewPCG(seed, 0)), stack, redisSrv, time.Now())
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
@@ -130,6 +142,7 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 	dir := failureDir(t, seed)
 	bySale := history.BySale()
 	var ops, dropped, unknown int
+	byKind := map[string]int{}
 	var bad []string
 	for _, s := range sales {
 		rows, err := ReadRows(context.Background(), db, s.Spec.ID)
@@ -140,12 +153,15 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 		for _, p := range CheckEnd(s.Spec, v, rows) {
 			bad = append(bad, s.Spec.ID+": "+p)
 		}
-		res := Resolve(s.Spec, bySale[s.Spec.ID], Final{Rows: rows, Stock: int(v.Stock), InitialStock: s.Spec.Stock}, history.At, end)
+		res := Resolve(s.Spec, bySale[s.Spec.ID], Final{Rows: rows, Stock: int(v.Stock), InitialStock: s.Spec.Stock, Probes: history.Probes(s.Spec.ID)}, history.At, end)
 		for _, p := range res.Problems {
 			bad = append(bad, s.Spec.ID+": "+p)
 		}
 		ops += len(res.Ops)
 		dropped += res.Dropped
+		for _, op := range res.Ops {
+			byKind[op.Input.(Input).Kind]++
+		}
 		verdict := Linearizable(s.Spec, res.Ops, checkTimeout, dir)
 		switch verdict.Result {
 		case porcupine.Illegal:
@@ -167,8 +183,8 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 			t.Logf("%s: the check of %d operations timed out; not counted", s.Spec.ID, verdict.Ops)
 		}
 	}
-	t.Logf("seed %d: %d sales, %d requests recorded, %d operations checked (%d ambiguous requests that did not happen dropped; %d sales whose check timed out), faults %v; settled in %v, checked in %v",
-		seed, len(sales), history.Len(), ops, dropped, unknown, counts, checkStart.Sub(settleStart).Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond))
+	t.Logf("seed %d: %d sales, %d requests recorded, %d operations checked %v (%d ambiguous requests that did not happen dropped; %d sales whose check timed out), faults %v; settled in %v, checked in %v",
+		seed, len(sales), history.Len(), ops, byKind, dropped, unknown, counts, checkStart.Sub(settleStart).Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond))
 	if len(bad) > 0 {
 		report()
 		t.Fatalf("seed %d: %d problems:\n%s", seed, len(bad), strings.Join(bad, "\n"))

@@ -23,11 +23,13 @@ import (
 )
 
 // Final is what the run's end found of a sale: its orders in MySQL, the
-// admin view's stock, and the stock it was created with.
+// admin view's stock, and the stock it was created with; and the probes of
+// its event number made during the run.
 type Final struct {
 	Rows         []order.Order
 	Stock        int
 	InitialStock int
+	Probes       []Probe
 }
 
 // Resolved is one sale's history ready for porcupine, and what resolving
@@ -121,7 +123,8 @@ func (r *resolver) reserved(in Input, row order.Order) Input {
 // tighten bounds the operations that would otherwise end with the run
 // (a pay without an answer, an expiry) by the sale's event numbers: a
 // change numbered s happened before any change numbered above s, so
-// before the operation that made that one returned. Without it the
+// before the operation that made that one returned, and before a probe
+// that read s or more returned. Without it the
 // checker would have to try each expiry at every later point, which grows
 // as two to the number of expiries pending at once.
 func (r *resolver) tighten() {
@@ -132,6 +135,11 @@ func (r *resolver) tighten() {
 			ks = append(ks, known{r.seqs[i], op.Return})
 		}
 	}
+	// A probe that read seq S saw change S itself done: it bounds the
+	// changes numbered up to S, as a change numbered S+1 would.
+	for _, p := range r.fin.Probes {
+		ks = append(ks, known{p.Seq + 1, p.Return})
+	}
 	slices.SortFunc(ks, func(a, b known) int { return cmp.Compare(a.seq, b.seq) })
 	suffix := make([]int64, len(ks)+1)
 	suffix[len(ks)] = r.end
@@ -141,11 +149,14 @@ func (r *resolver) tighten() {
 	for i := range r.out.Ops {
 		op := &r.out.Ops[i]
 		seq := r.seqs[i]
-		if seq == 0 || op.Return < r.end {
+		if seq == 0 {
 			continue
 		}
 		j, _ := slices.BinarySearchFunc(ks, seq+1, func(k known, s int64) int { return cmp.Compare(k.seq, s) })
 		ret := suffix[j]
+		if ret >= op.Return {
+			continue
+		}
 		if ret < op.Call {
 			in := op.Input.(Input)
 			r.problem("%s of order %s (event %d) happened before a later event's operation returned at %v, before its own call at %v",

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,16 @@ func (p *Proc) Kill() error {
 		return nil
 	}
 	return p.p.Kill()
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig os.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p == nil {
+		return fmt.Errorf("%s: not started", p.Name)
+	}
+	return p.p.Signal(sig)
 }
 
 // Exited reports whether the process has ended since it was started.
