@@ -172,13 +172,15 @@ func (d *Day) openSale(ctx context.Context, rng *rand.Rand, n int) (*DaySale, er
 // both on this machine.
 const skew = 20 * time.Millisecond
 
-// buyer sends buys until ctx is done: a random buyer of a random open
-// sale, 1–3 units, half of them with an Idempotency-Key (retried with the
+// buyer sends buys until ctx is done, one every 30–150 ms (a crowd large
+// enough to sell out small sales, small enough that each sale's history
+// stays checkable in seconds): a random buyer of a random open sale, 1–3
+// units, half of them with an Idempotency-Key (retried with the
 // same key after an ambiguous answer, and one in ten sent twice at once, a
 // double click).
 func (d *Day) buyer(ctx context.Context, client int, rng *rand.Rand) {
 	n := 0
-	for sleep(ctx, time.Duration(10+rng.IntN(60))*time.Millisecond) {
+	for sleep(ctx, time.Duration(30+rng.IntN(120))*time.Millisecond) {
 		d.mu.Lock()
 		if len(d.open) == 0 {
 			d.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flashgate/flashgate/internal/localstack"
 )
 
@@ -15,6 +17,9 @@ import (
 // faults are its own proxies, processes and Redis), so it holds the fault
 // lock shared; the binary built for it is removed after the tests.
 func TestMain(m *testing.M) {
+	// The probes' client (runDay) dials the run's Redis while the nemesis
+	// has it down; go-redis would log each failed dial.
+	redis.SetLogger(quiet{})
 	localstack.Main(m, localstack.UsesServices(), localstack.AfterTests(removeBinary),
 		// A toxiproxy link whose toxic was swapped while its far side
 		// closed can stay blocked on a channel after its proxy stopped: a
@@ -22,6 +27,11 @@ func TestMain(m *testing.M) {
 		localstack.IgnoreGoroutine("github.com/Shopify/toxiproxy/v2.(*ToxicLink).read"),
 		localstack.IgnoreGoroutine("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"))
 }
+
+// quiet is a go-redis logger that says nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 var (
 	binOnce sync.Once

@@ -178,8 +178,8 @@ func runDay(t *testing.T, seed uint64, duration time.Duration) {
 					open[in.Kind]++
 				}
 			}
-			t.Logf("%s (payment window %t, stock %d, limit %d): operations %v, of which end with the run: %v",
-				s.Spec.ID, s.Spec.Window, s.Spec.Stock, s.Spec.Limit, kinds, open)
+			t.Logf("%s (payment window %t, stock %d, limit %d): operations %v, of which end with the run: %v; the history: %s",
+				s.Spec.ID, s.Spec.Window, s.Spec.Stock, s.Spec.Limit, kinds, open, writeOps(dir, s.Spec.ID, res.Ops))
 			t.Logf("%s: the check of %d operations timed out; not counted", s.Spec.ID, verdict.Ops)
 		}
 	}
@@ -264,6 +264,21 @@ func failureDir(t *testing.T, seed uint64) string {
 		}
 	})
 	return dir
+}
+
+// writeOps writes a sale's resolved history, one operation a line in the
+// order of their calls, into dir, and returns the file's path.
+func writeOps(dir, sale string, ops []porcupine.Operation) string {
+	var b strings.Builder
+	for _, op := range ops {
+		fmt.Fprintf(&b, "%12.3f %12.3f client %-8d %s\n", time.Duration(op.Call).Seconds(), time.Duration(op.Return).Seconds(),
+			op.ClientId, describe(op.Input.(Input), op.Output.(Output)))
+	}
+	path := filepath.Join(dir, "sale-"+sale+".txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return err.Error()
+	}
+	return path
 }
 
 func errOrEmpty(err error) string {
