@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -124,7 +125,8 @@ func (r *resolver) reserved(in Input, row order.Order) Input {
 // (a pay without an answer, an expiry) by the sale's event numbers: a
 // change numbered s happened before any change numbered above s, so
 // before the operation that made that one returned, and before a probe
-// that read s or more returned. Without it the
+// that read s or more returned; and after the call of a probe that read
+// less than s. Without it the
 // checker would have to try each expiry at every later point, which grows
 // as two to the number of expiries pending at once.
 func (r *resolver) tighten() {
@@ -146,11 +148,31 @@ func (r *resolver) tighten() {
 	for i := len(ks) - 1; i >= 0; i-- {
 		suffix[i] = min(suffix[i+1], ks[i].ret)
 	}
+	// A probe that read less than s started before change s: change s
+	// happened after the probe's call.
+	probes := slices.Clone(r.fin.Probes)
+	slices.SortFunc(probes, func(a, b Probe) int { return cmp.Compare(a.Seq, b.Seq) })
+	prefix := make([]int64, len(probes)+1) // prefix[i]: the latest call of probes[:i]
+	prefix[0] = math.MinInt64
+	for i, p := range probes {
+		prefix[i+1] = max(prefix[i], p.Call)
+	}
 	for i := range r.out.Ops {
 		op := &r.out.Ops[i]
 		seq := r.seqs[i]
 		if seq == 0 {
 			continue
+		}
+		below, _ := slices.BinarySearchFunc(probes, seq, func(p Probe, s int64) int { return cmp.Compare(p.Seq, s) })
+		if after := prefix[below]; after > op.Call {
+			in := op.Input.(Input)
+			if after > op.Return {
+				r.problem("%s of order %s (event %d) happened after a probe that started at %v, after the operation returned at %v",
+					in.Kind, in.Order, seq, time.Duration(after), time.Duration(op.Return))
+				continue
+			}
+			op.Call, in.Call = after, after
+			op.Input = in
 		}
 		j, _ := slices.BinarySearchFunc(ks, seq+1, func(k known, s int64) int { return cmp.Compare(k.seq, s) })
 		ret := suffix[j]
