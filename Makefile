@@ -19,6 +19,9 @@
 #   make test-cluster  up-cluster + the tests of the packages that use Redis, on it
 #   make test-ha    up-ha + the failover tests (FLASHGATE_TEST_HA=1, tests named HA), which
 #                   kill, pause and restart its nodes
+#   make nemesis    up + a sale day of DURATION (default 30m) under faults thrown at random
+#                   (internal/nemesis; SEED=N replays one), its history checked for
+#                   linearizability and the invariants: run it before a big sale
 #   make fuzz       every fuzz target for FUZZTIME each (default 3M inputs; no services needed)
 #   make lint       gofmt, go vet, staticcheck (no services needed)
 #   make check      lint, then up + tests (shuffled, race detector)
@@ -51,7 +54,7 @@ FUZZTIME ?= 3000000x
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(RUN_DIR)/bin/staticcheck-$(STATICCHECK_VERSION)
 
-.PHONY: build up down tools run run-lb test fuzz lint check bench clean up-cluster test-cluster up-ha test-ha
+.PHONY: build up down tools run run-lb test fuzz lint check bench clean up-cluster test-cluster up-ha test-ha nemesis
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/flashgate
@@ -131,6 +134,19 @@ HA_ENV = FLASHGATE_TEST_HA=1 FLASHGATE_REDIS_ADDRS=$(shell deploy/local/redis-ha
 	FLASHGATE_AMQP_URL=$(shell deploy/local/rabbitmq-cluster.sh urls)
 test-ha: up-ha tools
 	$(HA_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(HA_RUN)' $(HA_PKGS)
+
+# The long form of the nemesis run (docs/fault-testing.md): one sale day of
+# DURATION under faults thrown at random, drawn from SEED (by default the
+# clock's seconds; the run prints it, and a failing run its fault schedule
+# too: SEED=N replays it), then the history checked. `make test` runs the
+# short form (a few fixed seeds, 20 s each). NEMESIS_TIMEOUT must leave the
+# day a few minutes beyond DURATION to settle and be checked.
+DURATION ?= 30m
+SEED ?= $(shell date +%s)
+NEMESIS_TIMEOUT ?= 3h
+nemesis: up
+	$(GO) test -race -count=1 -v -timeout $(NEMESIS_TIMEOUT) -run '^TestNemesis$$' ./internal/nemesis/ \
+		-nemesis.duration=$(DURATION) -nemesis.seed=$(SEED)
 
 # go test -fuzz takes one target of one package per run: each target found
 # in a package that has any runs in turn, for FUZZTIME.
