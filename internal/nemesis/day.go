@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/admin"
+	"github.com/flashgate/flashgate/retry"
 )
 
 // DayOptions shape a sale day.
@@ -102,7 +103,7 @@ func (d *Day) Run(ctx context.Context) error {
 		open := len(d.open)
 		d.mu.Unlock()
 		if open >= d.o.Open {
-			if !sleep(ctx, 100*time.Millisecond) {
+			if !retry.Sleep(ctx, 100*time.Millisecond) {
 				break
 			}
 			continue
@@ -159,7 +160,7 @@ func (d *Day) openSale(ctx context.Context, rng *rand.Rand, n int) (*DaySale, er
 	if tries > 1 {
 		// A PUT without an answer may land later and set the stock back:
 		// let it land before the sale sells and restocks.
-		sleep(ctx, staleAdmin)
+		retry.Sleep(ctx, staleAdmin)
 	}
 	d.mu.Lock()
 	d.sales = append(d.sales, s)
@@ -180,7 +181,7 @@ const skew = 20 * time.Millisecond
 // double click).
 func (d *Day) buyer(ctx context.Context, client int, rng *rand.Rand) {
 	n := 0
-	for sleep(ctx, time.Duration(30+rng.IntN(120))*time.Millisecond) {
+	for retry.Sleep(ctx, time.Duration(30+rng.IntN(120))*time.Millisecond) {
 		d.mu.Lock()
 		if len(d.open) == 0 {
 			d.mu.Unlock()
@@ -206,7 +207,7 @@ func (d *Day) buyer(ctx context.Context, client int, rng *rand.Rand) {
 			continue
 		}
 		for range 4 {
-			if !d.buyKeyed(ctx, client, gw(), s, user, qty, key) || !sleep(ctx, 200*time.Millisecond) {
+			if !d.buyKeyed(ctx, client, gw(), s, user, qty, key) || !retry.Sleep(ctx, 200*time.Millisecond) {
 				break
 			}
 		}
@@ -250,13 +251,13 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 	}()
 	restocks := 0
 	gw := func() *Proc { return d.stack.Gateways[rng.IntN(len(d.stack.Gateways))] }
-	for sleep(life, time.Duration(200+rng.IntN(800))*time.Millisecond) {
+	for retry.Sleep(life, time.Duration(200+rng.IntN(800))*time.Millisecond) {
 		switch r := rng.IntN(20); {
 		case r < 3:
 			if !d.sureSale(s, client, KindLock, gw) {
 				return
 			}
-			sleep(life, time.Duration(200+rng.IntN(600))*time.Millisecond)
+			retry.Sleep(life, time.Duration(200+rng.IntN(600))*time.Millisecond)
 			if !d.sureSale(s, client, KindUnlock, gw) {
 				return
 			}
@@ -267,7 +268,7 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 			if rec.Ambiguous {
 				// A call without an answer may still land later: give it
 				// time to land before the sale's next admin change.
-				sleep(life, staleAdmin)
+				retry.Sleep(life, staleAdmin)
 			}
 		case r < 6:
 			d.client.View(life, client, gw(), s.Spec.ID)
@@ -289,7 +290,7 @@ func (d *Day) admin(ctx context.Context, s *DaySale, client int, rng *rand.Rand)
 // every later point of the history.
 func (d *Day) watch(life context.Context, s *DaySale, client int, rng *rand.Rand) {
 	gw := func() *Proc { return d.stack.Gateways[rng.IntN(len(d.stack.Gateways))] }
-	for sleep(life, time.Duration(300+rng.IntN(300))*time.Millisecond) {
+	for retry.Sleep(life, time.Duration(300+rng.IntN(300))*time.Millisecond) {
 		d.client.View(life, client, gw(), s.Spec.ID)
 		d.probe(life, s)
 	}
@@ -298,7 +299,7 @@ func (d *Day) watch(life context.Context, s *DaySale, client int, rng *rand.Rand
 	}
 	after, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	for sleep(after, time.Duration(300+rng.IntN(300))*time.Millisecond) {
+	for retry.Sleep(after, time.Duration(300+rng.IntN(300))*time.Millisecond) {
 		rec := d.client.View(after, client, gw(), s.Spec.ID)
 		d.probe(after, s)
 		if !rec.Ambiguous && rec.Out.Code == 200 && rec.Out.View.Pending == 0 {
@@ -343,11 +344,11 @@ func (d *Day) sureSale(s *DaySale, client int, kind string, gw func() *Proc) boo
 			rec.In.Call = first.In.Call
 			d.client.History.Add(rec)
 			if first != &rec && first.Ambiguous {
-				sleep(ctx, staleAdmin)
+				retry.Sleep(ctx, staleAdmin)
 			}
 			return true
 		}
-		if !sleep(ctx, 300*time.Millisecond) {
+		if !retry.Sleep(ctx, 300*time.Millisecond) {
 			rec.In.Call = first.In.Call
 			d.client.History.Add(rec)
 			return false
@@ -367,21 +368,8 @@ func retryUntil(ctx context.Context, wait time.Duration, f func(context.Context)
 		if err == nil {
 			return nil
 		}
-		if !sleep(ctx, 300*time.Millisecond) {
+		if !retry.Sleep(ctx, 300*time.Millisecond) {
 			return errors.Join(err, ctx.Err())
 		}
-	}
-}
-
-// sleep waits d, or less when ctx ends first; it reports whether ctx is
-// still alive.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
