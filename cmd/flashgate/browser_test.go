@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flashgate/flashgate/internal/browser"
+	fgsale "github.com/flashgate/flashgate/sale"
 )
 
 // The sale page (API.md "Buyers in a browser") in a real browser, against
@@ -95,9 +96,12 @@ func TestBrowserWaitingRoom(t *testing.T) {
 	if _, ok := late.Attr(`[data-fg="join"]`, "disabled"); !ok {
 		t.Errorf("a sold-out sale offers to join")
 	}
-	// Sold out, the pages still polling hear 410 and stop.
+	// Sold out, the pages still polling hear 410 at their next poll and
+	// stop. An admitted page polls at the server's poll_after_ms, up to
+	// sale.MaxPollAfter apart: the wait is that and the usual bound.
+	nextPoll := fgsale.MaxPollAfter*time.Millisecond + browser.ActionTimeout
 	for _, tab := range tabs {
-		tab.WaitText(`[data-fg="message"]`, "Sold out")
+		tab.WaitTextWithin(`[data-fg="message"]`, "Sold out", nextPoll)
 		tab.Navigate("about:blank")
 		onlyStatus(t, tab, 410)
 	}

@@ -83,8 +83,16 @@ func (tab *Tab) WaitVisible(sel string) {
 // On timeout the failure says what the element held by then.
 func (tab *Tab) WaitText(sel, text string) {
 	tab.t.Helper()
+	tab.WaitTextWithin(sel, text, ActionTimeout)
+}
+
+// WaitTextWithin is WaitText bounded by d instead of ActionTimeout: for
+// what the page does on a schedule of the server's, such as the waiting
+// room's next poll (up to 20 s away).
+func (tab *Tab) WaitTextWithin(sel, text string, d time.Duration) {
+	tab.t.Helper()
 	const contains = `(sel, text) => { const e = document.querySelector(sel); return !!e && e.textContent.includes(text); }`
-	ctx, cancel := context.WithTimeout(tab.ctx, ActionTimeout)
+	ctx, cancel := context.WithTimeout(tab.ctx, d)
 	defer cancel()
 	// A poll in the page, every 20 ms, ended by the page itself a little
 	// before the Go deadline so that it answers with a timeout rather than
@@ -92,7 +100,7 @@ func (tab *Tab) WaitText(sel, text string) {
 	_, err := chromedp.Run(ctx, chromedp.PollFunction[chromedp.Void](contains,
 		chromedp.WithPollingArgs(sel, text),
 		chromedp.WithPollingInterval(20*time.Millisecond),
-		chromedp.WithPollingTimeout(ActionTimeout-time.Second)))
+		chromedp.WithPollingTimeout(d-time.Second)))
 	if err == nil {
 		return
 	}
@@ -105,7 +113,7 @@ func (tab *Tab) WaitText(sel, text string) {
 		held = "its text is " + jsString(*now)
 	}
 	if errors.Is(err, chromedp.ErrPollingTimeout) {
-		tab.t.Fatalf("wait for %s to contain %q: not within %v; %s", sel, text, ActionTimeout, held)
+		tab.t.Fatalf("wait for %s to contain %q: not within %v; %s", sel, text, d, held)
 	}
 	tab.t.Fatalf("wait for %s to contain %q: %s; %s", sel, text, errText(err), held)
 }
