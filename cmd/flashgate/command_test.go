@@ -10,13 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // TestCommand runs the built binary the way an operator does and checks its
 // exit code and output. Every row must end before touching the network: a
 // bad setting stops the process before any client is built.
 func TestCommand(t *testing.T) {
-	bin := flashgateBinary(t)
+	bin := localstack.Binary(t)
 	dir := t.TempDir()
 
 	files := map[string]string{

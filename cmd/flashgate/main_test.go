@@ -29,5 +29,5 @@ import (
 // for, and every client closed, by its cleanup, so that no goroutine
 // outlives the tests.
 func TestMain(m *testing.M) {
-	localstack.Main(m, localstack.StopsServices(), localstack.AfterTests(removeBinary))
+	localstack.Main(m, localstack.StopsServices())
 }

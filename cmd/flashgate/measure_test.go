@@ -26,7 +26,7 @@ func TestMeasureDrainRate(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("FLASHGATE_MEASURE_ORDERS")); err == nil && v > 0 {
 		n = v
 	}
-	if raceEnabled {
+	if localstack.Race {
 		t.Skip("measure without -race: the consumers run the binary the tests build, with the race detector under -race")
 	}
 	for _, k := range []int{1, 2} {

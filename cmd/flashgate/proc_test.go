@@ -5,12 +5,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,45 +16,6 @@ import (
 	"github.com/flashgate/flashgate/internal/localstack"
 	"github.com/flashgate/flashgate/retry"
 )
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// flashgateBinary builds the binary of this folder once per test binary
-// (localstack.Build), into a temporary folder that TestMain removes, and
-// returns its path. It is built with the race detector when the tests
-// are, so that races in the processes show too. It fails tb when the build
-// fails.
-func flashgateBinary(tb testing.TB) string {
-	tb.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "flashgate-test-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "flashgate")
-		var flags []string
-		if raceEnabled {
-			flags = append(flags, "-race")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binErr = localstack.Build(ctx, binPath, ".", flags...)
-	})
-	if binErr != nil {
-		tb.Fatal(binErr)
-	}
-	return binPath
-}
-
-func removeBinary() {
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-}
 
 // cleanEnv is localstack.CleanEnv: the test's environment without any
 // FLASHGATE_* variable, both listeners on free ports.
@@ -83,7 +41,7 @@ func runFlashgate(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, flashgateBinary(t), args...)
+	cmd := exec.CommandContext(ctx, localstack.Binary(t), args...)
 	cmd.Env = append(cleanEnv(), env...)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -115,7 +73,7 @@ type proc struct {
 // the test failed, the end of its output is logged (localstack.LaunchT).
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	return launchProc(t, localstack.LaunchOptions{Name: name, Bin: flashgateBinary(t), Args: args, Env: env})
+	return launchProc(t, localstack.LaunchOptions{Name: name, Bin: localstack.Binary(t), Args: args, Env: env})
 }
 
 // launchProc launches o (localstack.LaunchT) with its output in the
@@ -191,7 +149,7 @@ func startGateway(t *testing.T, g *gatewayProc, env []string) *gatewayProc {
 		a := freeAddrs(t, 2)
 		g = &gatewayProc{public: a[0], admin: a[1]}
 	}
-	g.proc = launchProc(t, localstack.LaunchOptions{Name: "gateway", Bin: flashgateBinary(t), Args: []string{"gateway"}, Env: env,
+	g.proc = launchProc(t, localstack.LaunchOptions{Name: "gateway", Bin: localstack.Binary(t), Args: []string{"gateway"}, Env: env,
 		Public: g.public, Admin: g.admin, Ready: "http://" + g.public + "/readyz"})
 	return g
 }

@@ -56,10 +56,11 @@ func IgnoreGoroutine(fn string) MainOption {
 //	func TestMain(m *testing.M) { localstack.Main(m, localstack.UsesServices()) }
 //
 // It runs the tests (under the fault lock when the options say the package
-// uses the services), then the AfterTests functions, then, when the tests
-// passed, fails the package if a goroutine outlives them: every server,
-// client, subscription and process a test starts must be stopped and
-// waited for by its cleanup. It exits the process with the tests' code and
+// uses the services), then the AfterTests functions, removes the binary
+// that Binary built, if any, then, when the tests passed, fails the
+// package if a goroutine outlives them: every server, client,
+// subscription and process a test starts must be stopped and waited for by
+// its cleanup. It exits the process with the tests' code and
 // does not return.
 func Main(m *testing.M, opts ...MainOption) {
 	var o mainOptions
@@ -85,6 +86,7 @@ func runMain(m *testing.M, o mainOptions) int {
 	for _, f := range o.after {
 		f()
 	}
+	removeBinary()
 	if code == 0 {
 		if err := goleak.Find(o.ignore...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak: a goroutine outlived the tests:", err)

@@ -2,11 +2,7 @@ package nemesis
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,7 +16,7 @@ func TestMain(m *testing.M) {
 	// The probes' client (runDay) dials the run's Redis while the nemesis
 	// has it down; go-redis would log each failed dial.
 	redis.SetLogger(quiet{})
-	localstack.Main(m, localstack.UsesServices(), localstack.AfterTests(removeBinary),
+	localstack.Main(m, localstack.UsesServices(),
 		// A toxiproxy link whose toxic was swapped while its far side
 		// closed can stay blocked on a channel after its proxy stopped: a
 		// goroutine per such link, left by the library, not by the run.
@@ -32,44 +28,3 @@ func TestMain(m *testing.M) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// flashgateBinary builds cmd/flashgate once per test binary, with the race
-// detector when the tests have it, and returns its path.
-func flashgateBinary(tb testing.TB) string {
-	tb.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "flashgate-nemesis-"); binErr != nil {
-			return
-		}
-		root, err := localstack.Root()
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(binDir, "flashgate")
-		var flags []string
-		if raceEnabled {
-			flags = append(flags, "-race")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binErr = localstack.Build(ctx, binPath, filepath.Join(root, "cmd", "flashgate"), flags...)
-	})
-	if binErr != nil {
-		tb.Fatal(binErr)
-	}
-	return binPath
-}
-
-func removeBinary() {
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-}

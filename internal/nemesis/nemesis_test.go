@@ -68,7 +68,7 @@ const checkTimeout = 30 * time.Second
 
 func runDay(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("nemesis seed %d (replay: go test ./internal/nemesis -run 'TestNemesis' -nemesis.seed=%d -nemesis.duration=%v)", seed, seed, duration)
-	bin := flashgateBinary(t)
+	bin := localstack.Binary(t)
 	// The run's own Redis, AOF on and written before each answer, so that
 	// a kill -9 loses nothing it answered (a lost second would be a loss
 	// the contract allows, which the model would call a bug).
