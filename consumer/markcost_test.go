@@ -51,17 +51,7 @@ func TestMarkCost(t *testing.T) {
 	if os.Getenv("FLASHGATE_MEASURE_MARK") == "" {
 		t.Skip("a measurement: FLASHGATE_MEASURE_MARK=1 go test -run TestMarkCost -v ./consumer/")
 	}
-	srv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
-		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	keys := scripts.Keys{Prefix: "m"}
-	loader := scripts.New(rdb, "", keys)
-	if _, err := loader.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, rdb, keys, loader := measureRedis(t)
 	c := &Consumer{rdb: rdb, keys: keys, log: zap.NewNop()}
 	oldScript := redis.NewScript(oldMark)
 	if err := oldScript.Load(ctx, rdb).Err(); err != nil {
@@ -190,6 +180,26 @@ func infoFloat(info, field string) float64 {
 	return 0
 }
 
+// measureRedis starts a redis-server of the test's own (AOF on, everysec,
+// as deployed) with the scripts loaded, and returns a context bounding the
+// measurement, a client (both ended with the test), the keys and the
+// loader.
+func measureRedis(t *testing.T) (context.Context, *redis.Client, scripts.Keys, *scripts.Loader) {
+	t.Helper()
+	srv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
+		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	keys := scripts.Keys{Prefix: "m"}
+	loader := scripts.New(rdb, "", keys)
+	if _, err := loader.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, rdb, keys, loader
+}
+
 func median(xs []float64) float64 {
 	s := slices.Sorted(slices.Values(xs))
 	return s[len(s)/2]
@@ -204,17 +214,7 @@ func TestViewCost(t *testing.T) {
 	if os.Getenv("FLASHGATE_MEASURE_MARK") == "" {
 		t.Skip("a measurement: FLASHGATE_MEASURE_MARK=1 go test -run TestViewCost -v ./consumer/")
 	}
-	srv := localstack.PrivateRedis(t, localstack.RedisOptions{Dir: t.TempDir(),
-		Args: []string{"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	keys := scripts.Keys{Prefix: "m"}
-	loader := scripts.New(rdb, "", keys)
-	if _, err := loader.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, rdb, keys, loader := measureRedis(t)
 	const sale, n, blocks = "view", 2000, 10
 	rec := scripts.Record{State: order.StateConfirmed, ReservedAt: time.Now().UnixMilli(), Quantity: 1, UserID: "user-000000"}
 	q := rec.String()

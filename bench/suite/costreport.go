@@ -6,6 +6,7 @@ package main
 // runs kept them.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -204,13 +205,7 @@ func costCommands(runs []*costRun) string {
 		}
 	}
 	slices.SortFunc(cmds, func(a, b cmdLine) int {
-		if a.usec != b.usec {
-			if a.usec > b.usec {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(cmp.Compare(b.usec, a.usec), strings.Compare(a.name, b.name)) // most first
 	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nRedis by command (`CONFIG RESETSTAT` before the sale, `INFO commandstats` after), per order, medians over every run; "+

@@ -8,6 +8,7 @@ package main
 // lately), so the ratio stays near 1.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -216,13 +217,7 @@ func (st *scaleStack) trickle(ctx context.Context, sales []string, prefix string
 		cmds = append(cmds, cmd{name, c.calls})
 	}
 	slices.SortFunc(cmds, func(a, b cmd) int {
-		if a.calls != b.calls {
-			if a.calls > b.calls {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(cmp.Compare(b.calls, a.calls), strings.Compare(a.name, b.name)) // most first
 	})
 	var each []string
 	for _, c := range cmds {
