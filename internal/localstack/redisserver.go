@@ -123,24 +123,6 @@ func PrivateRedis(tb testing.TB, o RedisOptions) *RedisServer {
 	return r
 }
 
-// FreeAddrs returns n distinct loopback addresses that were free a moment
-// ago: all are held open until the last is chosen, so that the kernel
-// cannot give one port twice (as it may to listeners opened and closed one
-// after the other). Another process may still take one before its user
-// binds it: a start must tell that failure from success.
-func FreeAddrs(n int) ([]string, error) {
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		addrs[i] = ln.Addr().String()
-	}
-	return addrs, nil
-}
-
 // Start starts the server again on its ports and its data (after Stop or
 // Kill), and waits until it answers with that data loaded. A port taken
 // meanwhile is an error; the process is then gone.

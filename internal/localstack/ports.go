@@ -1,0 +1,85 @@
+package localstack
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FreeAddrs returns n distinct loopback addresses that were free a moment
+// ago, for a process about to be started to listen on.
+//
+// A port is free between this call and the process's bind only if nobody
+// else takes it meanwhile, and on a machine that runs the tests of several
+// packages at once plenty of sockets are being opened. So the ports come
+// from below the kernel's ephemeral range (ip_local_port_range): no
+// connect and no listener on port 0, in any process, is given one of them.
+// What remains is FreeAddrs in another process picking the same port in
+// that moment: a port handed out is recorded under the temporary folder
+// and not handed out again, by any process, for reservedFor. Each port is
+// checked by listening on it, all held open until the last is chosen.
+// A start must still tell a port taken from success (a launch fails when
+// the process exits at start).
+func FreeAddrs(n int) ([]string, error) {
+	lo, hi := candidatePorts()
+	addrs := make([]string, 0, n)
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("localstack: no free loopback port in %d-%d after %d tries", lo, hi-1, tries)
+		}
+		port := lo + rand.IntN(hi-lo)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		defer ln.Close()
+		if !reservePort(port) {
+			continue
+		}
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, nil
+}
+
+// reservedFor is how long a port FreeAddrs handed out stays out of its
+// hands, in every process: longer than any process takes to start.
+const reservedFor = 2 * time.Minute
+
+// reservePort records port as handed out now, and reports false when some
+// process did so within reservedFor (or the record cannot be written: the
+// port is then not handed out).
+func reservePort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "flashgate-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return false
+	}
+	name := filepath.Join(dir, strconv.Itoa(port))
+	if fi, err := os.Stat(name); err == nil && time.Since(fi.ModTime()) < reservedFor {
+		return false
+	}
+	if err := os.WriteFile(name, nil, 0o666); err != nil {
+		return false
+	}
+	now := time.Now()
+	return os.Chtimes(name, now, now) == nil
+}
+
+// candidatePorts is the range [lo, hi) FreeAddrs picks from: the 10000
+// ports below the kernel's ephemeral range, above the privileged ones.
+func candidatePorts() (lo, hi int) {
+	hi = 32768 // Linux's default ephemeral range starts here
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				hi = v
+			}
+		}
+	}
+	hi = max(hi, 1024+2000)
+	return max(1024, hi-10000), hi
+}

@@ -1,0 +1,57 @@
+package localstack
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// FreeAddrs hands out distinct loopback ports that can be listened on,
+// below the kernel's ephemeral range (so that no connect and no listener
+// on port 0 takes one meanwhile), and never the same port twice within
+// reservedFor.
+func TestFreeAddrs(t *testing.T) {
+	lo, hi := candidatePorts()
+	seen := map[string]bool{}
+	for range 20 {
+		addrs, err := FreeAddrs(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 3 {
+			t.Fatalf("FreeAddrs(3) = %v", addrs)
+		}
+		for _, a := range addrs {
+			if seen[a] {
+				t.Fatalf("%s handed out twice", a)
+			}
+			seen[a] = true
+			host, port, err := net.SplitHostPort(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := strconv.Atoi(port)
+			if host != "127.0.0.1" || p < lo || p >= hi {
+				t.Fatalf("%s: want 127.0.0.1 and a port in [%d, %d)", a, lo, hi)
+			}
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				t.Fatalf("%s not free: %v", a, err)
+			}
+			ln.Close()
+		}
+	}
+}
+
+// A port another process handed out a moment ago is not handed out again.
+func TestReservePort(t *testing.T) {
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addrs[0])
+	p, _ := strconv.Atoi(port)
+	if reservePort(p) {
+		t.Fatalf("port %d reserved twice", p)
+	}
+}
