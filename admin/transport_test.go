@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/flashgate/flashgate/admin"
 	"github.com/flashgate/flashgate/admin/admintest"
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 func TestReady(t *testing.T) {
@@ -60,12 +60,11 @@ func TestNoRedirect(t *testing.T) {
 }
 
 func TestNoAnswer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := localstack.FreeAddrs(1) // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := addrs[0]
 	_, err = newClient(t, addr, testToken).Sale(testCtx(t), "s1")
 	var ae *admin.APIError
 	if err == nil || errors.As(err, &ae) {

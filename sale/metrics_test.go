@@ -3,7 +3,6 @@ package sale
 import (
 	"bytes"
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,12 +98,11 @@ func TestSaleMetricsReadWhatChanged(t *testing.T) {
 // A scrape while Redis cannot answer shows no sale series, and what was
 // touched meanwhile is read by the next scrape that can.
 func TestSaleMetricsWithoutRedis(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := localstack.FreeAddrs(1) // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := addrs[0]
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	p := newSampler(rdb, scripts.Keys{Prefix: "x"}, time.Second)

@@ -170,13 +170,8 @@ func TestAdminOrderShow(t *testing.T) {
 
 func TestAdminNoAnswer(t *testing.T) {
 	clearEnv(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, err = runCLI(t, "--addr", addr, "--token", testToken, "sale", "show", "s1")
+	addr := freeAddr(t) // nothing listens there
+	_, err := runCLI(t, "--addr", addr, "--token", testToken, "sale", "show", "s1")
 	if err == nil || errors.Is(err, errUsage) {
 		t.Fatalf("error %v, want a failure (exit 1)", err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/flashgate/flashgate/internal/localstack"
 )
 
 // Net is the run's proxies. Its methods are safe for concurrent use.
@@ -34,9 +36,15 @@ func NewNet() *Net {
 
 // Proxy starts a proxy named name (process/server: "gateway-1/redis") on a
 // free loopback port, in front of upstream (host:port), and returns its
-// address.
+// address. The port is localstack.FreeAddrs's, not the kernel's pick: a
+// proxy disabled and enabled again listens on it once more, and a port
+// from the ephemeral range may meanwhile go to any connection.
 func (n *Net) Proxy(name, upstream string) (string, error) {
-	p := toxiproxy.NewProxy(n.srv, name, "127.0.0.1:0", upstream)
+	addrs, err := localstack.FreeAddrs(1)
+	if err != nil {
+		return "", fmt.Errorf("proxy %s: %w", name, err)
+	}
+	p := toxiproxy.NewProxy(n.srv, name, addrs[0], upstream)
 	if err := p.Start(); err != nil {
 		return "", fmt.Errorf("proxy %s: %w", name, err)
 	}
