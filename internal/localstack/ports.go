@@ -17,16 +17,21 @@ import (
 // A port is free between this call and the process's bind only if nobody
 // else takes it meanwhile, and on a machine that runs the tests of several
 // packages at once plenty of sockets are being opened. So the ports come
-// from below the kernel's ephemeral range (ip_local_port_range): no
-// connect and no listener on port 0, in any process, is given one of them.
-// What remains is FreeAddrs in another process picking the same port in
-// that moment: a port handed out is recorded under the temporary folder
-// and not handed out again, by any process, for reservedFor. Each port is
-// checked by listening on it, all held open until the last is chosen.
-// A start must still tell a port taken from success (a launch fails when
-// the process exits at start).
+// from a range of their own, [testPortsLo, testPortsHi): below the
+// kernel's ephemeral range, so that no connect and no listener on port 0,
+// in any process, is given one of them, and clear of the local stack's
+// ports, so that a service stopped by a fault test finds its own free when
+// it starts again. What remains is FreeAddrs in another process picking
+// the same port in that moment: a port handed out is recorded under the
+// temporary folder and not handed out again, by any process, for
+// reservedFor. Each port is checked by listening on it, all held open
+// until the last is chosen. A start must still tell a port taken from
+// success (a launch fails when the process exits at start).
 func FreeAddrs(n int) ([]string, error) {
-	lo, hi := candidatePorts()
+	lo, hi, err := candidatePorts()
+	if err != nil {
+		return nil, err
+	}
 	addrs := make([]string, 0, n)
 	for tries := 0; len(addrs) < n; tries++ {
 		if tries == 1000 {
@@ -69,17 +74,29 @@ func reservePort(port int) bool {
 	return os.Chtimes(name, now, now) == nil
 }
 
-// candidatePorts is the range [lo, hi) FreeAddrs picks from: the 10000
-// ports below the kernel's ephemeral range, above the privileged ones.
-func candidatePorts() (lo, hi int) {
-	hi = 32768 // Linux's default ephemeral range starts here
+// testPortsLo and testPortsHi bound the ports FreeAddrs picks from,
+// [testPortsLo, testPortsHi): above every port of the local stack
+// (deploy/local/stack.env, whose test holds it clear of this range) and
+// 10000 above them, where Redis puts a cluster bus and rabbitmqctl its
+// distribution; below the Erlang distribution ports, Sentinel's ports and
+// the kernel's ephemeral range (32768 by default).
+const testPortsLo, testPortsHi = 18000, 25000
+
+// candidatePorts is the range [lo, hi) FreeAddrs picks from: the test
+// ports, cut at the kernel's ephemeral range where a machine starts it
+// lower than usual.
+func candidatePorts() (lo, hi int, err error) {
+	lo, hi = testPortsLo, testPortsHi
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
 			if v, err := strconv.Atoi(f[0]); err == nil {
-				hi = v
+				hi = min(hi, v)
 			}
 		}
 	}
-	hi = max(hi, 1024+2000)
-	return max(1024, hi-10000), hi
+	if hi-lo < 1000 {
+		return 0, 0, fmt.Errorf("localstack: the kernel's ephemeral ports (net.ipv4.ip_local_port_range) start at %d, "+
+			"inside the ports the tests listen on (%d-%d); start them at %d or above", hi, testPortsLo, testPortsHi-1, testPortsHi)
+	}
+	return lo, hi, nil
 }

@@ -3,6 +3,7 @@ package localstack
 import (
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -11,7 +12,10 @@ import (
 // on port 0 takes one meanwhile), and never the same port twice within
 // reservedFor.
 func TestFreeAddrs(t *testing.T) {
-	lo, hi := candidatePorts()
+	lo, hi, err := candidatePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	for range 20 {
 		addrs, err := FreeAddrs(3)
@@ -53,5 +57,28 @@ func TestReservePort(t *testing.T) {
 	p, _ := strconv.Atoi(port)
 	if reservePort(p) {
 		t.Fatalf("port %d reserved twice", p)
+	}
+}
+
+// The ports the tests listen on stay clear of the local stack's: of every
+// port stack.env names, and of the port 10000 above it (a Redis node's
+// cluster bus, rabbitmqctl's distribution), which a service that a fault
+// test stopped must find free when it starts again.
+func TestTestPortsClearOfTheStack(t *testing.T) {
+	for k, v := range stackEnv(t) {
+		if !strings.Contains(k, "PORT") {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("stack.env: %s=%s: %v", k, v, err)
+			}
+			for _, q := range []int{p, p + 10000} {
+				if q >= testPortsLo && q < testPortsHi {
+					t.Errorf("stack.env: %s=%s: port %d is in the tests' range [%d, %d)", k, v, q, testPortsLo, testPortsHi)
+				}
+			}
+		}
 	}
 }

@@ -111,17 +111,3 @@ func TestRedisServerCluster(t *testing.T) {
 	}
 	c.Close()
 }
-
-func TestFreeAddrsDistinct(t *testing.T) {
-	addrs, err := FreeAddrs(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, a := range addrs {
-		if seen[a] {
-			t.Fatalf("%s twice in %v", a, addrs)
-		}
-		seen[a] = true
-	}
-}
