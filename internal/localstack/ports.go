@@ -43,7 +43,9 @@ func FreeAddrs(n int) ([]string, error) {
 			continue
 		}
 		defer ln.Close()
-		if !reservePort(port) {
+		if ok, err := reservePort(port); err != nil {
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		addrs = append(addrs, ln.Addr().String())
@@ -56,22 +58,25 @@ func FreeAddrs(n int) ([]string, error) {
 const reservedFor = 2 * time.Minute
 
 // reservePort records port as handed out now, and reports false when some
-// process did so within reservedFor (or the record cannot be written: the
-// port is then not handed out).
-func reservePort(port int) bool {
+// process did so within reservedFor. An error is a record that cannot be
+// written (the temporary folder is not writable): no port is handed out.
+func reservePort(port int) (bool, error) {
 	dir := filepath.Join(os.TempDir(), "flashgate-ports")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return false
+		return false, fmt.Errorf("localstack: ports handed out are recorded in %s: %w", dir, err)
 	}
 	name := filepath.Join(dir, strconv.Itoa(port))
 	if fi, err := os.Stat(name); err == nil && time.Since(fi.ModTime()) < reservedFor {
-		return false
+		return false, nil
 	}
 	if err := os.WriteFile(name, nil, 0o666); err != nil {
-		return false
+		return false, fmt.Errorf("localstack: ports handed out are recorded in %s: %w", dir, err)
 	}
 	now := time.Now()
-	return os.Chtimes(name, now, now) == nil
+	if err := os.Chtimes(name, now, now); err != nil {
+		return false, fmt.Errorf("localstack: ports handed out are recorded in %s: %w", dir, err)
+	}
+	return true, nil
 }
 
 // testPortsLo and testPortsHi bound the ports FreeAddrs picks from,

@@ -2,6 +2,8 @@ package localstack
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,8 +57,8 @@ func TestReservePort(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(addrs[0])
 	p, _ := strconv.Atoi(port)
-	if reservePort(p) {
-		t.Fatalf("port %d reserved twice", p)
+	if ok, err := reservePort(p); ok || err != nil {
+		t.Fatalf("port %d reserved twice: %v, %v", p, ok, err)
 	}
 }
 
@@ -80,5 +82,18 @@ func TestTestPortsClearOfTheStack(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Where the record cannot be written, FreeAddrs says so rather than
+// handing out a port no other process knows is taken.
+func TestFreeAddrsUnwritableRecord(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "flashgate-ports"), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", dir)
+	if addrs, err := FreeAddrs(1); err == nil || !strings.Contains(err.Error(), "flashgate-ports") {
+		t.Fatalf("FreeAddrs with no record: %v, %v; want an error naming the record", addrs, err)
 	}
 }
